@@ -1,0 +1,166 @@
+"""The allocator seam: what every KV-cache allocation strategy answers, in integers.
+
+An allocator keeps the books of one pool of ``num_slots`` token slots (a slot holds one
+token's K and V for every layer). The engine owns the tensors; the allocator only says which
+slots a sequence owns, where its next tokens go, and which slot ranges the engine must copy.
+
+Lifecycle of a sequence (ids are chosen by the caller, unique among live sequences):
+
+    admit(seq, prompt, max_len, final_len)  -> Admission   ask-then-take; a refusal changes nothing
+    grow(seq, n, token_ids)                  -> slots | None  n more tokens written; None = out of memory
+    fork(parent, child, final_len)           -> bool        child starts with the parent's tokens
+    free(seq)                                               finish or preemption
+
+``final_len`` (the true total length the sequence will reach) is for oracle policies only;
+every other policy must behave identically whatever it is.
+"""
+from __future__ import annotations
+
+import abc
+import enum
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+
+class AllocatorError(ValueError):
+    """Bad input to an allocator: a wrong knob, an unknown sequence, a negative length."""
+
+
+class Fit(enum.Enum):
+    OK = "ok"  # admitted
+    LATER = "later"  # does not fit now; may fit once memory is freed
+    NEVER = "never"  # can never fit in this pool under this policy
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    fit: Fit
+    reason: str = ""
+    num_cached_tokens: int = 0  # prompt tokens already in the pool (prefix hits): skip computing them
+
+    @property
+    def ok(self) -> bool:
+        return self.fit is Fit.OK
+
+
+@dataclass(frozen=True, slots=True)
+class CopyOp:
+    """Copy slots [src, src + length) to [dst, dst + length) in the pool, every layer."""
+
+    src: int
+    dst: int
+    length: int
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryUsage:
+    """Every slot of the pool in exactly one category (the paper's Figure 2)."""
+
+    token: int  # holds a computed token of a live sequence (a shared slot counts once)
+    reserved: int  # allocated, empty, and its sequence will fill it before finishing
+    internal: int  # allocated, and no owner will ever fill it
+    external: int  # not allocated
+
+    @property
+    def total(self) -> int:
+        return self.token + self.reserved + self.internal + self.external
+
+    def fractions(self) -> dict[str, float]:
+        total = self.total
+        return {
+            "mem_token_frac": self.token / total,
+            "mem_reserved_frac": self.reserved / total,
+            "mem_internal_frac": self.internal / total,
+            "mem_external_frac": self.external / total,
+        }
+
+
+def check_length(name: str, value: int, minimum: int = 0) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise AllocatorError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    return value
+
+
+class Allocator(abc.ABC):
+    """Base of every strategy. Subclasses keep ``self.num_slots`` and ``self.block_size``."""
+
+    name: str = ""
+    num_slots: int
+    block_size: int
+    debug: bool = False  # when True, check_invariants() runs after every mutating call
+
+    # -- lifecycle -------------------------------------------------------------------------
+    @abc.abstractmethod
+    def admit(
+        self,
+        seq_id: int,
+        prompt: Sequence[int],
+        max_len: int,
+        final_len: int | None = None,
+    ) -> Admission:
+        """Register a sequence whose prompt is ``prompt`` and that may reach ``max_len`` tokens.
+
+        On OK, space for at least the whole prompt is allocated; ``num_cached_tokens`` of it
+        already holds the prompt's K/V (prefix sharing) and counts as computed.
+        """
+
+    @abc.abstractmethod
+    def grow(self, seq_id: int, num_tokens: int, token_ids: Sequence[int] | None = None) -> list[int] | None:
+        """Append ``num_tokens`` computed tokens; return their slots, or None (nothing changed)."""
+
+    @abc.abstractmethod
+    def fork(self, parent_id: int, child_id: int, final_len: int | None = None) -> bool:
+        """Make ``child_id`` a copy of the parent's tokens; False when memory is short."""
+
+    @abc.abstractmethod
+    def free(self, seq_id: int) -> None:
+        """Release a sequence (finished or preempted)."""
+
+    # -- views -----------------------------------------------------------------------------
+    @abc.abstractmethod
+    def block_table(self, seq_id: int) -> list[int]:
+        """Block ids (slot // block_size) holding the sequence's slots, in token order."""
+
+    @abc.abstractmethod
+    def num_tokens(self, seq_id: int) -> int:
+        """Computed tokens of the sequence."""
+
+    @abc.abstractmethod
+    def usage(self, final_lens: Mapping[int, int]) -> MemoryUsage:
+        """Exact breakdown now; ``final_lens`` maps each live sequence to its true final length."""
+
+    def take_copy_ops(self) -> list[CopyOp]:
+        """Copies the engine must perform before the next forward; draining them."""
+        ops, self._copy_ops = getattr(self, "_copy_ops", []), []
+        return ops
+
+    def live_sequences(self) -> list[int]:
+        """Ids of the sequences currently admitted."""
+        raise NotImplementedError
+
+    def stats(self) -> dict[str, float | int | None]:
+        """Counters for the results; ``prefix_hit_rate`` is None where sharing does not apply."""
+        return {"prefix_hit_rate": None, "prefix_queries": None, "prefix_hits": None}
+
+    def check_invariants(self) -> None:
+        """Expensive consistency checks (no slot owned twice, free + used == total, refs >= 0)."""
+
+
+# -- small helpers shared by the strategies -------------------------------------------------
+def check_block_size(block_size: int, num_slots: int) -> int:
+    """A block size is a power of two and the pool holds at least one block."""
+    check_length("num_slots", num_slots, 1)
+    if not isinstance(block_size, int) or isinstance(block_size, bool) or block_size < 1 or block_size & (block_size - 1):
+        raise AllocatorError(f"block_size must be a power of two >= 1, got {block_size!r}")
+    if num_slots < block_size:
+        raise AllocatorError(f"num_slots={num_slots} is smaller than one block (block_size={block_size})")
+    return block_size
+
+
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def next_pow2(n: int) -> int:
+    """Smallest power of two >= n (1 for n <= 1)."""
+    return 1 if n <= 1 else 1 << (n - 1).bit_length()

@@ -1,0 +1,314 @@
+"""Books shared by the region strategies (contiguous, buddy): one slot range per sequence.
+
+A region is a run of whole blocks ``[start_block, start_block + nblocks)``, so a sequence's
+block table is a run of consecutive block ids and token ``p`` sits at slot
+``start_block * block_size + p``. The block table covers the whole region (every slot the
+sequence owns), not only its computed tokens.
+
+Reserve policies (how large a region ``admit`` takes; ``L`` is the ``max_len`` given to admit):
+
+    max     L tokens (Orca-Max, static servers).
+    pow2    the next power of two of ``final_len`` tokens, capped at L: a sequence never
+            reserves more than it may ever hold (so pow2 never exceeds max). Needs final_len.
+    oracle  exactly ``final_len`` tokens. Needs final_len.
+    double  prompt + ``double_chunk`` tokens (capped at L). A grow past the region moves the
+            sequence to a region twice as large (or just large enough, if that is more; capped
+            at L and at the largest region the pool can hold), found first-fit while the old
+            region is still held (so source and destination never overlap), queues a CopyOp of
+            the computed tokens, then frees the old region. Never reads final_len.
+
+Token counts are rounded up to whole blocks, then by the subclass to a size it can hand out
+(buddy: a power of two of at least ``2**min_order`` blocks). A region is at least one block.
+
+Admission refuses with NEVER when the prompt is longer than ``max_len``, when ``max_len``
+exceeds ``max_model_len``, or when the (initial) region is larger than the largest region
+the pool can ever hold; with LATER when no free space is large enough now. A pow2 or oracle
+sequence that grows past its region (its final_len was wrong) raises AllocatorError.
+
+Subclasses implement the free-space books: ``_round_blocks``, ``_take_region``,
+``_give_region``, ``_free_block_count``, ``_check_free_space`` and set
+``_max_region_blocks`` and ``_usable_blocks``.
+"""
+from __future__ import annotations
+
+import abc
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from allocators.base import (
+    Admission,
+    Allocator,
+    AllocatorError,
+    CopyOp,
+    Fit,
+    MemoryUsage,
+    ceil_div,
+    check_block_size,
+    check_length,
+    next_pow2,
+)
+
+RESERVE_POLICIES = ("max", "pow2", "oracle", "double")
+
+
+@dataclass(slots=True)
+class _Region:
+    start_block: int
+    nblocks: int
+    start: int  # first slot: start_block * block_size
+    capacity: int  # slots in the region: nblocks * block_size
+    num_tokens: int  # computed tokens, at slots [start, start + num_tokens)
+    prompt_len: int
+    max_len: int
+
+
+class RegionAllocator(Allocator):
+    """One contiguous, block-aligned region per sequence; see the module docstring."""
+
+    _max_region_blocks: int  # the largest region the pool can ever hand out
+    _usable_blocks: int  # blocks that free space and regions cover (buddy may leave some out)
+
+    def __init__(
+        self,
+        num_slots: int,
+        block_size: int = 16,
+        reserve: str = "max",
+        max_model_len: int = 2048,
+        double_chunk: int = 16,
+        debug: bool = False,
+    ) -> None:
+        self.block_size = check_block_size(block_size, num_slots)
+        self.num_slots = num_slots
+        if reserve not in RESERVE_POLICIES:
+            raise AllocatorError(f"reserve must be one of {', '.join(RESERVE_POLICIES)}; got {reserve!r}")
+        self.reserve = reserve
+        self.max_model_len = check_length("max_model_len", max_model_len, 1)
+        self.double_chunk = check_length("double_chunk", double_chunk, 0)
+        self.debug = bool(debug)
+        self.num_blocks = num_slots // block_size  # the tail num_slots % block_size is never used
+        self._seqs: dict[int, _Region] = {}
+        self._copy_ops: list[CopyOp] = []
+        self._num_copy_ops = 0
+        self._copied_slots = 0
+        self._num_moves = 0
+
+    # -- free-space books (subclasses) -------------------------------------------------------
+    @abc.abstractmethod
+    def _round_blocks(self, nblocks: int) -> int:
+        """The region size actually handed out for a request of ``nblocks`` (>= 1) blocks."""
+
+    @abc.abstractmethod
+    def _take_region(self, nblocks: int) -> int | None:
+        """Allocate ``nblocks`` (already rounded) blocks; the first block id, or None."""
+
+    @abc.abstractmethod
+    def _give_region(self, start_block: int, nblocks: int) -> None:
+        """Return a region to the free space."""
+
+    @abc.abstractmethod
+    def _free_block_count(self) -> int:
+        """Blocks currently free."""
+
+    @abc.abstractmethod
+    def _check_free_space(self, owner: list[int | None]) -> None:
+        """Assert the free-space structure is sound and marks exactly the blocks owner leaves None."""
+
+    # -- reservation -------------------------------------------------------------------------
+    def _reserve_tokens(self, held: int, prompt_len: int, max_len: int, final_len: int | None) -> int:
+        """Tokens the policy reserves for a sequence that now needs ``held`` slots."""
+        policy = self.reserve
+        if policy == "max":
+            return max_len
+        if policy == "double":
+            return min(held + self.double_chunk, max_len)
+        if final_len is None:
+            raise AllocatorError(f"reserve={policy!r} needs the true final_len, got None")
+        if not prompt_len <= final_len <= max_len or final_len < held:
+            raise AllocatorError(
+                f"final_len={final_len} must lie in [{max(held, prompt_len)}, max_len={max_len}]"
+            )
+        return final_len if policy == "oracle" else min(next_pow2(final_len), max_len)
+
+    def _blocks_for(self, tokens: int) -> int:
+        return self._round_blocks(max(1, ceil_div(tokens, self.block_size)))
+
+    def _queue_copy(self, src: int, dst: int, length: int) -> None:
+        if length:
+            self._copy_ops.append(CopyOp(src, dst, length))
+            self._num_copy_ops += 1
+            self._copied_slots += length
+
+    def _record(self, seq_id: int, start_block: int, nblocks: int, num_tokens: int, prompt_len: int, max_len: int) -> None:
+        bs = self.block_size
+        self._seqs[seq_id] = _Region(start_block, nblocks, start_block * bs, nblocks * bs, num_tokens, prompt_len, max_len)
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def admit(self, seq_id: int, prompt: Sequence[int], max_len: int, final_len: int | None = None) -> Admission:
+        if seq_id in self._seqs:
+            raise AllocatorError(f"sequence {seq_id} is already live")
+        check_length("max_len", max_len, 1)
+        if final_len is not None:
+            check_length("final_len", final_len)
+        prompt_len = len(prompt)
+        if prompt_len > max_len:
+            return Admission(Fit.NEVER, f"prompt of {prompt_len} tokens is longer than max_len={max_len}")
+        if max_len > self.max_model_len:
+            return Admission(Fit.NEVER, f"max_len={max_len} exceeds max_model_len={self.max_model_len}")
+        nblocks = self._blocks_for(self._reserve_tokens(prompt_len, prompt_len, max_len, final_len))
+        if nblocks > self._max_region_blocks:
+            return Admission(
+                Fit.NEVER,
+                f"reserve={self.reserve} needs {nblocks * self.block_size} slots; "
+                f"the largest region this pool holds is {self._max_region_blocks * self.block_size}",
+            )
+        start_block = self._take_region(nblocks)
+        if start_block is None:
+            return Admission(Fit.LATER, f"no free region of {nblocks * self.block_size} slots")
+        self._record(seq_id, start_block, nblocks, 0, prompt_len, max_len)
+        if self.debug:
+            self.check_invariants()
+        return Admission(Fit.OK)
+
+    def grow(self, seq_id: int, num_tokens: int, token_ids: Sequence[int] | None = None) -> list[int] | None:
+        seq = self._seqs.get(seq_id)
+        if seq is None:
+            raise AllocatorError(f"unknown sequence {seq_id}")
+        if num_tokens.__class__ is not int or num_tokens < 0:
+            check_length("num_tokens", num_tokens)
+        if token_ids is not None and len(token_ids) != num_tokens:
+            raise AllocatorError(f"token_ids has {len(token_ids)} ids for {num_tokens} tokens")
+        t = seq.num_tokens
+        end = t + num_tokens
+        if end > seq.max_len:
+            raise AllocatorError(f"sequence {seq_id} would grow to {end} tokens, past max_len={seq.max_len}")
+        if end > seq.capacity and not self._move(seq_id, seq, end):
+            return None
+        seq.num_tokens = end
+        if self.debug:
+            self.check_invariants()
+        first = seq.start + t
+        if num_tokens == 1:
+            return [first]
+        return list(range(first, first + num_tokens))
+
+    def _move(self, seq_id: int, seq: _Region, end: int) -> bool:
+        """Grow a double-policy region past ``end`` tokens by moving it; False when out of memory."""
+        if self.reserve != "double":
+            raise AllocatorError(
+                f"sequence {seq_id} outgrew its reserve={self.reserve} region of {seq.capacity} slots "
+                f"(its final_len was too small)"
+            )
+        needed = ceil_div(end, self.block_size)
+        target = min(max(2 * seq.nblocks, needed), ceil_div(seq.max_len, self.block_size))
+        if self._round_blocks(target) > self._max_region_blocks and needed <= self._max_region_blocks:
+            target = self._max_region_blocks
+        nblocks = self._round_blocks(target)
+        if nblocks > self._max_region_blocks:
+            return False
+        start_block = self._take_region(nblocks)
+        if start_block is None:
+            return False
+        self._queue_copy(seq.start, start_block * self.block_size, seq.num_tokens)
+        self._give_region(seq.start_block, seq.nblocks)
+        self._num_moves += 1
+        seq.start_block, seq.nblocks = start_block, nblocks
+        seq.start, seq.capacity = start_block * self.block_size, nblocks * self.block_size
+        return True
+
+    def fork(self, parent_id: int, child_id: int, final_len: int | None = None) -> bool:
+        """The child gets its own region (same policy, sized for the parent's tokens) and a CopyOp."""
+        parent = self._seqs.get(parent_id)
+        if parent is None:
+            raise AllocatorError(f"unknown sequence {parent_id}")
+        if child_id in self._seqs:
+            raise AllocatorError(f"sequence {child_id} is already live")
+        if final_len is not None:
+            check_length("final_len", final_len)
+        held = max(parent.num_tokens, parent.prompt_len)
+        nblocks = self._blocks_for(self._reserve_tokens(held, parent.prompt_len, parent.max_len, final_len))
+        if nblocks > self._max_region_blocks:
+            return False
+        start_block = self._take_region(nblocks)
+        if start_block is None:
+            return False
+        self._record(child_id, start_block, nblocks, parent.num_tokens, parent.prompt_len, parent.max_len)
+        self._queue_copy(parent.start, start_block * self.block_size, parent.num_tokens)
+        if self.debug:
+            self.check_invariants()
+        return True
+
+    def free(self, seq_id: int) -> None:
+        seq = self._seqs.pop(seq_id, None)
+        if seq is None:
+            raise AllocatorError(f"unknown sequence {seq_id}")
+        self._give_region(seq.start_block, seq.nblocks)
+        if self.debug:
+            self.check_invariants()
+
+    # -- views -------------------------------------------------------------------------------
+    def _get(self, seq_id: int) -> _Region:
+        seq = self._seqs.get(seq_id)
+        if seq is None:
+            raise AllocatorError(f"unknown sequence {seq_id}")
+        return seq
+
+    def block_table(self, seq_id: int) -> list[int]:
+        """The whole region: ``nblocks`` consecutive block ids."""
+        seq = self._get(seq_id)
+        return list(range(seq.start_block, seq.start_block + seq.nblocks))
+
+    def num_tokens(self, seq_id: int) -> int:
+        return self._get(seq_id).num_tokens
+
+    def live_sequences(self) -> list[int]:
+        return list(self._seqs)
+
+    def usage(self, final_lens: Mapping[int, int]) -> MemoryUsage:
+        """Per region: computed tokens, then reserved up to min(final_len, capacity), internal beyond."""
+        token = reserved = allocated = 0
+        for seq_id, seq in self._seqs.items():
+            try:
+                final = final_lens[seq_id]
+            except KeyError:
+                raise AllocatorError(f"usage() needs the final length of live sequence {seq_id}") from None
+            cap = seq.capacity
+            fill = final if final < cap else cap
+            token += seq.num_tokens
+            if fill > seq.num_tokens:
+                reserved += fill - seq.num_tokens
+            allocated += cap
+        return MemoryUsage(token, reserved, allocated - token - reserved, self.num_slots - allocated)
+
+    def stats(self) -> dict[str, float | int | None]:
+        """No sharing: logical_slots == physical_slots == computed tokens of the live sequences."""
+        held = sum(seq.num_tokens for seq in self._seqs.values())
+        return {
+            "prefix_hit_rate": None,
+            "prefix_queries": None,
+            "prefix_hits": None,
+            "logical_slots": held,
+            "physical_slots": held,
+            "allocated_slots": (self.num_blocks - self._free_block_count()) * self.block_size,
+            "live_sequences": len(self._seqs),
+            "copy_ops": self._num_copy_ops,
+            "copied_slots": self._copied_slots,
+            "moves": self._num_moves,
+        }
+
+    def check_invariants(self) -> None:
+        owner: list[int | None] = [None] * self.num_blocks
+        used = 0
+        bs = self.block_size
+        for seq_id, seq in self._seqs.items():
+            assert seq.nblocks >= 1 and seq.nblocks == self._round_blocks(seq.nblocks), f"seq {seq_id}: bad size {seq.nblocks}"
+            assert seq.start == seq.start_block * bs and seq.capacity == seq.nblocks * bs, f"seq {seq_id}: stale geometry"
+            assert 0 <= seq.start_block and seq.start_block + seq.nblocks <= self.num_blocks, f"seq {seq_id}: out of pool"
+            assert 0 <= seq.num_tokens <= seq.max_len, f"seq {seq_id}: {seq.num_tokens} tokens, max_len {seq.max_len}"
+            assert max(seq.num_tokens, seq.prompt_len) <= seq.capacity, f"seq {seq_id}: tokens past its region"
+            for b in range(seq.start_block, seq.start_block + seq.nblocks):
+                assert owner[b] is None, f"block {b} owned by seq {owner[b]} and seq {seq_id}"
+                owner[b] = seq_id
+            used += seq.nblocks
+        self._check_free_space(owner)
+        free = self._free_block_count()
+        assert used + free == self._usable_blocks, f"free {free} + used {used} != usable {self._usable_blocks}"

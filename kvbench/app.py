@@ -1,0 +1,296 @@
+"""The `kvbench` Hydra app: a thin ``@hydra.main`` over a plain ``run(cfg) -> summary``.
+
+Bad config (a wrong key or value) prints one line and exits 2 before anything is written: the
+command line is composed and checked with Hydra's compose API before the Hydra app starts.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from allocators import AllocatorError, build as build_allocator
+from kvbench.config import CONF_DIR, ConfigError, validate
+from kvbench.engine import Engine, SchedulerConfig
+from kvbench.geometry import KVGeometry
+
+KVBENCH_ERRORS: tuple[type[Exception], ...] = (ConfigError, AllocatorError)
+
+
+def _errors() -> tuple[type[Exception], ...]:
+    from kvbench.workloads import WorkloadError
+
+    return KVBENCH_ERRORS + (WorkloadError,)
+
+
+@dataclass
+class Prepared:
+    geometry: KVGeometry
+    kv_bytes: int
+    num_slots: int
+    allocator: object
+    workload: object
+    executor: object
+    device: str
+    gpu_profile: str | None
+
+
+def _kv_bytes(cfg: DictConfig) -> tuple[int, str, str | None]:
+    """KV memory in bytes, the device, and the GPU profile name (sim) for this run."""
+    eng = cfg.engine
+    if cfg.backend.name == "sim":
+        from kvbench.sim.cost_model import kv_cache_bytes
+
+        if eng.kv_cache_bytes is not None:
+            kv = int(eng.kv_cache_bytes)
+        else:
+            try:
+                kv = int(kv_cache_bytes(cfg.model, cfg.gpu, eng.gpu_memory_utilization))
+            except ValueError as exc:
+                raise ConfigError(f"model {cfg.model.name} on gpu {cfg.gpu.name}: {exc}") from None
+        return kv, "sim", str(cfg.gpu.name)
+    from kvbench.executors.hf import resolve_device, default_kv_cache_bytes
+
+    device = resolve_device(eng.device)
+    kv = int(eng.kv_cache_bytes) if eng.kv_cache_bytes is not None else int(default_kv_cache_bytes(cfg, device))
+    return kv, device, None
+
+
+def prepare(cfg: DictConfig) -> Prepared:
+    """Everything a run needs, built and checked; raises a kvbench error on bad input."""
+    validate(cfg)
+    geometry = KVGeometry.from_model_cfg(cfg.model)
+    kv_bytes, device, gpu_profile = _kv_bytes(cfg)
+    block_size = int(cfg.allocator.get("block_size") or 1)
+    num_slots = geometry.slots_for(kv_bytes) // block_size * block_size
+    knobs = {k: v for k, v in OmegaConf.to_container(cfg.allocator).items() if k != "name" and v is not None}
+    if cfg.allocator.name in ("contiguous", "buddy"):
+        knobs.setdefault("max_model_len", int(cfg.model.max_model_len))
+    allocator = build_allocator(cfg.allocator.name, num_slots, debug=bool(cfg.engine.debug), **knobs)
+    from kvbench.workloads import build_workload
+
+    workload = build_workload(cfg.workload, vocab_size=int(cfg.model.vocab_size),
+                              max_model_len=int(cfg.model.max_model_len),
+                              tokenizer_name=cfg.model.get("tokenizer"))
+    if cfg.backend.name == "sim":
+        from kvbench.executors.sim import SimExecutor
+
+        executor = SimExecutor(cfg.model, cfg.gpu, seed=int(cfg.seed))
+    else:
+        from kvbench.executors.hf import HFExecutor
+
+        executor = HFExecutor(cfg.model, cfg.engine, num_slots=num_slots, block_size=allocator.block_size,
+                              device=device, seed=int(cfg.seed))
+    return Prepared(geometry, num_slots * geometry.bytes_per_slot, num_slots, allocator, workload,
+                    executor, device, gpu_profile)
+
+
+def _identity(cfg: DictConfig, prep: Prepared, run_id: str) -> dict:
+    alloc = cfg.allocator
+    return {
+        "run_id": run_id,
+        "experiment": str(cfg.experiment_name),
+        "allocator": str(alloc.name),
+        "reserve": alloc.get("reserve"),
+        "block_size": int(alloc.block_size) if alloc.get("block_size") is not None else None,
+        "backend": str(cfg.backend.name),
+        "device": prep.device,
+        "gpu_profile": prep.gpu_profile,
+        "model": str(cfg.model.name),
+        "workload": prep.workload.name,
+        "request_rate": float(prep.workload.request_rate),
+        "num_requests": len(prep.workload.requests),
+        "kv_slots": prep.num_slots,
+        "kv_bytes": prep.kv_bytes,
+        "seed": int(cfg.seed),
+    }
+
+
+def run(cfg: DictConfig, run_dir: str | Path | None = None, logger=None) -> dict:
+    """One run: build, simulate or execute, write results; returns the summary row."""
+    from kvbench.results import write_run
+
+    prep = prepare(cfg)
+    requests = prep.workload.requests
+    run_id = time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
+    eng = cfg.engine
+    sched_cfg = SchedulerConfig(
+        max_num_batched_tokens=int(eng.max_num_batched_tokens),
+        max_num_seqs=int(eng.max_num_seqs),
+        chunked_prefill=bool(eng.chunked_prefill),
+        preemption=str(eng.preemption),
+        swap_slots=int(float(eng.swap_space_bytes or 0) // prep.geometry.bytes_per_slot),
+        max_model_len=int(cfg.model.max_model_len),
+    )
+    progress = _progress_bar(cfg, len(requests), f"{cfg.allocator.name}")
+    wall0 = time.perf_counter()
+    try:
+        engine = Engine(prep.allocator, prep.executor, sched_cfg,
+                        max_steps=eng.get("max_steps"), progress=progress.update_to if progress else None)
+        out = engine.run(requests)
+    finally:
+        if progress:
+            progress.close()
+    summary = _identity(cfg, prep, run_id) | out.summary
+    summary["wall_s"] = time.perf_counter() - wall0
+    summary["num_steps"] = len(out.steps)
+    run_dir = Path(run_dir) if run_dir is not None else Path(cfg.results_dir) / "runs" / str(cfg.experiment_name) / run_id
+    index = Path(cfg.results_dir) / "index.jsonl"
+    write_run(run_dir, summary, out.steps, out.requests, index)
+    if logger is not None:
+        _log(logger, cfg, summary, out)
+    return summary
+
+
+def _log(logger, cfg: DictConfig, summary: dict, out) -> None:
+    for row in out.steps.to_dict("records"):
+        logger.log_step(int(row["step"]), row)
+    logger.log_summary(summary)
+    logger.log_requests(out.requests)
+
+
+class _Progress:
+    def __init__(self, bar) -> None:
+        self.bar = bar
+
+    def update_to(self, finished: int) -> None:
+        if finished != self.bar.n:
+            self.bar.update(finished - self.bar.n)
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+def _progress_bar(cfg: DictConfig, total: int, desc: str) -> _Progress | None:
+    if not cfg.get("progress", True):
+        return None
+    from tqdm.auto import tqdm
+
+    return _Progress(tqdm(total=total, desc=desc, unit="req", delay=2.0, leave=False, file=sys.stderr))
+
+
+SHOW_COLUMNS = ("allocator", "reserve", "block_size", "workload", "num_finished", "num_rejected",
+                "mean_batch_size", "request_throughput", "normalized_latency_s", "mem_token_frac",
+                "mem_reserved_frac", "mem_internal_frac", "mem_external_frac", "num_preemptions")
+
+
+def format_table(rows: list[dict], columns=SHOW_COLUMNS) -> str:
+    import pandas as pd
+
+    frame = pd.DataFrame(rows)
+    cols = [c for c in columns if c in frame.columns]
+    return frame[cols].to_string(index=False, float_format=lambda x: f"{x:.4g}")
+
+
+# -- command line ------------------------------------------------------------------------------
+_VALUE_FLAGS = {"--cfg", "-c", "--package", "-p", "--config-name", "-cn", "--config-path", "-cp",
+                "--config-dir", "-cd", "--info", "-i", "--experimental-rerun"}
+_NO_CHECK_FLAGS = {"--help", "-h", "--hydra-help", "--cfg", "-c", "--info", "-i", "--shell-completion", "-sc"}
+
+
+def _split_argv(argv: list[str]) -> tuple[list[str], bool, bool]:
+    """Overrides, whether it is a multirun, and whether to skip the pre-check."""
+    overrides, multirun, skip = [], False, False
+    it = iter(argv)
+    for arg in it:
+        if arg in ("-m", "--multirun"):
+            multirun = True
+        elif arg in _NO_CHECK_FLAGS:
+            skip = True
+            if arg in _VALUE_FLAGS:
+                next(it, None)
+        elif arg in _VALUE_FLAGS:
+            next(it, None)
+        elif arg.startswith("-"):
+            skip = True
+        else:
+            overrides.append(arg)
+    return overrides, multirun, skip
+
+
+def _job_overrides(overrides: list[str], multirun: bool) -> list[list[str]]:
+    if not multirun:
+        return [overrides]
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parsed = OverridesParser.create().parse_overrides(overrides)
+    jobs = [job for batch in BasicSweeper.split_arguments(parsed, None) for job in batch]
+    return jobs or [[]]
+
+
+def precheck(argv: list[str]) -> str | None:
+    """Compose and validate every job of the command line; the one-line error, or None."""
+    overrides, multirun, skip = _split_argv(argv)
+    if skip:
+        return None
+    from hydra import compose, initialize_config_dir
+    from hydra.errors import HydraException
+
+    try:
+        jobs = _job_overrides(overrides, multirun)
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+            for job in jobs:
+                cfg = compose(config_name="config", overrides=[o for o in job if not o.startswith("hydra")])
+                validate(cfg)
+                if cfg.backend.name == "sim":
+                    _kv_bytes(cfg)
+    except ConfigError as exc:
+        return str(exc)
+    except (HydraException, ValueError) as exc:
+        lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip() and not ln.startswith("To append")]
+        cause = exc.__cause__
+        msg = lines[0] if lines else type(exc).__name__
+        if cause is not None and str(cause).splitlines():
+            msg += ": " + str(cause).splitlines()[0]
+        return msg
+    return None
+
+
+def _hydra_main(cfg: DictConfig) -> float | None:
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    hc = HydraConfig.get()
+    multirun = hc.mode == RunMode.MULTIRUN
+    from kvbench.loggers import build_logger
+
+    logger = None
+    try:
+        if cfg.logger.name != "none":
+            logger = build_logger(cfg.logger)
+            group = cfg.logger.get("group") or (f"{cfg.experiment_name}-{Path(hc.sweep.dir).name}" if multirun else None)
+            tags = [f"allocator={cfg.allocator.name}", f"block_size={cfg.allocator.get('block_size')}",
+                    f"workload={cfg.workload.name}"]
+            logger.start(OmegaConf.to_container(cfg, resolve=True), run_id=Path(hc.runtime.output_dir).name,
+                         name=f"{cfg.allocator.name}-{cfg.workload.name}", group=group, tags=tags)
+        summary = run(cfg, run_dir=hc.runtime.output_dir, logger=logger)
+    except _errors() as exc:
+        if multirun:
+            raise  # this job fails; the launcher finishes the others
+        print(f"kvbench: error: {exc}", file=sys.stderr)
+        sys.exit(2)
+    finally:
+        if logger is not None:
+            logger.finish(exit_code=0 if sys.exc_info()[0] is None else 1)
+    print(format_table([summary]))
+    return summary.get("request_throughput")
+
+
+def main() -> None:
+    error = precheck(sys.argv[1:])
+    if error:
+        print(f"kvbench: error: {error}", file=sys.stderr)
+        sys.exit(2)
+    import hydra
+
+    hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")(_hydra_main)()
+
+
+if __name__ == "__main__":
+    main()

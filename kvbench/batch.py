@@ -1,0 +1,64 @@
+"""The one record the scheduler hands an executor each step, and what comes back.
+
+The executor sees block tables and slot mappings, never an allocator object.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from allocators.base import CopyOp
+
+
+@dataclass(slots=True)
+class SeqChunk:
+    """The new tokens of one sequence in this step (a prefill chunk or one decode token)."""
+
+    seq_id: int
+    token_ids: list[int]  # the tokens whose K/V this step computes
+    start_pos: int  # position of token_ids[0] in the sequence
+    block_table: list[int]  # block ids covering positions [0, start_pos + len(token_ids))
+    slot_mapping: list[int]  # pool slot of each new token
+    sample: bool  # True when the step must return a next token for this sequence
+    num_logprobs: int = 0  # > 0: return the top-k (token, logprob) candidates (beam search)
+    num_samples: int = 1  # > 1: also return num_samples - 1 independent extra samples (parallel sampling)
+    request_id: int = -1
+    sample_index: int = 0  # which of the request's parallel samples / beams this is
+
+    @property
+    def query_len(self) -> int:
+        return len(self.token_ids)
+
+    @property
+    def context_len(self) -> int:
+        return self.start_pos + len(self.token_ids)
+
+
+@dataclass(slots=True)
+class SwapOp:
+    """Move a sequence's K/V between the device pool and the host pool (in token order)."""
+
+    key: int  # host-pool key (the sequence id)
+    slots: list[int]  # device slots, in token order
+    offset: int = 0  # position of slots[0] in the sequence (swap-in skips prefix-cached tokens)
+
+
+@dataclass(slots=True)
+class StepBatch:
+    chunks: list[SeqChunk]
+    block_size: int
+    copy_ops: list[CopyOp] = field(default_factory=list)  # in-pool copies, done before the forward
+    swap_out: list[SwapOp] = field(default_factory=list)  # device -> host, before copy_ops
+    swap_in: list[SwapOp] = field(default_factory=list)  # host -> device, before the forward
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(len(c.token_ids) for c in self.chunks)
+
+
+@dataclass(slots=True)
+class StepResult:
+    next_tokens: dict[int, int]  # seq_id -> sampled token, for every chunk with sample=True
+    duration_s: float  # wall (hf) or modelled (sim) time of the whole step
+    top_logprobs: dict[int, list[tuple[int, float]]] = field(default_factory=dict)  # beam search
+    extra_tokens: dict[int, list[int]] = field(default_factory=dict)  # seq_id -> num_samples - 1 more samples
+    timings: dict[str, float] = field(default_factory=dict)  # attention_s, forward_s, sampling_s, copy_s, swap_s

@@ -1,0 +1,64 @@
+"""Checks of a composed config that must pass before anything is written (exit code 2 otherwise)."""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+
+
+class ConfigError(ValueError):
+    """A wrong config value; the message is one line naming the key and what is allowed."""
+
+
+def _choice(cfg, key: str, value, allowed) -> None:
+    if value not in allowed:
+        raise ConfigError(f"{key} must be one of {', '.join(map(str, allowed))}; got {value!r}")
+
+
+def _positive_int(key: str, value, minimum: int = 1) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise ConfigError(f"{key} must be an integer >= {minimum}; got {value!r}")
+
+
+def validate(cfg) -> None:
+    """Cheap checks of every knob the run reads; the allocator and workload check their own."""
+    from allocators import STRATEGIES
+
+    _choice(cfg, "allocator.name", cfg.allocator.name, sorted(STRATEGIES))
+    _choice(cfg, "backend.name", cfg.backend.name, ("sim", "hf"))
+    eng = cfg.engine
+    _positive_int("engine.max_num_batched_tokens", eng.max_num_batched_tokens)
+    _positive_int("engine.max_num_seqs", eng.max_num_seqs)
+    _choice(cfg, "engine.preemption", eng.preemption, ("recompute", "swap"))
+    _choice(cfg, "engine.attention", eng.attention, ("torch", "triton"))
+    _choice(cfg, "engine.device", eng.device, ("auto", "cpu", "cuda"))
+    _choice(cfg, "engine.chunked_prefill", eng.chunked_prefill, (True, False))
+    for key in ("kv_cache_bytes", "swap_space_bytes"):
+        value = eng.get(key)
+        if value is not None and (not isinstance(value, (int, float)) or value < 0 or math.isnan(value)):
+            raise ConfigError(f"engine.{key} must be a number of bytes >= 0 or null; got {value!r}")
+    for key in ("gpu_memory_utilization", "kv_cache_fraction"):
+        value = eng.get(key)
+        if not isinstance(value, (int, float)) or not 0 < value <= 1:
+            raise ConfigError(f"engine.{key} must be in (0, 1]; got {value!r}")
+    model = cfg.model
+    for key in ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_size", "vocab_size", "max_model_len"):
+        _positive_int(f"model.{key}", model[key])
+    _choice(cfg, "model.dtype", model.dtype, ("float32", "float16", "bfloat16"))
+    if model.num_heads % model.num_kv_heads:
+        raise ConfigError(f"model.num_heads ({model.num_heads}) must be a multiple of model.num_kv_heads ({model.num_kv_heads})")
+    wl = cfg.workload
+    for key in ("n", "beam_width"):
+        if key in wl:
+            _positive_int(f"workload.{key}", wl[key])
+    if wl.get("n", 1) > 1 and wl.get("beam_width", 1) > 1:
+        raise ConfigError("workload.n and workload.beam_width cannot both be > 1")
+    if "num_requests" in wl and wl.num_requests is not None:
+        _positive_int("workload.num_requests", wl.num_requests)
+    rate = wl.get("request_rate")
+    if rate is not None and (not isinstance(rate, (int, float)) or math.isnan(rate) or rate <= 0):
+        raise ConfigError(f"workload.request_rate must be > 0 or inf; got {rate!r}")
+    path = wl.get("path")
+    if path and not Path(str(path)).expanduser().exists():
+        raise ConfigError(f"workload.path: file not found: {path}")

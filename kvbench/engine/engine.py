@@ -1,0 +1,173 @@
+"""The continuous-batching engine: scheduler + allocator + executor, one iteration at a time.
+
+The clock is virtual: it advances by each step's duration (measured wall time for ``hf``,
+modelled time for ``sim``) and jumps to the next arrival when the engine is idle.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import pandas as pd
+
+from allocators.base import Allocator
+from kvbench.batch import StepBatch, StepResult
+from kvbench.engine.recorder import Recorder, requests_frame, summarize
+from kvbench.engine.scheduler import Scheduler, SchedulerConfig
+from kvbench.engine.sequence import Group, GroupStatus, Seq
+from kvbench.requests import Request
+
+
+@dataclass
+class EngineOutput:
+    summary: dict  # the design's throughput/latency/batching/memory/outcome columns
+    steps: pd.DataFrame
+    requests: pd.DataFrame
+    outputs: dict[int, list[list[int]]]  # request_id -> generated tokens of each sample (best beam first)
+
+
+class Engine:
+    """Runs requests to completion; between two runs only the allocator should change."""
+
+    def __init__(self, allocator: Allocator, executor, cfg: SchedulerConfig, *,
+                 max_steps: int | None = None, progress: Callable[[int], None] | None = None) -> None:
+        self.allocator = allocator
+        self.executor = executor
+        self.cfg = cfg
+        self.max_steps = max_steps
+        self.progress = progress
+        self.scheduler = Scheduler(cfg, allocator, need_block_tables=getattr(executor, "needs_block_tables", True))
+
+    def run(self, requests: list[Request]) -> EngineOutput:
+        sched = self.scheduler
+        pending = sorted(requests, key=lambda r: (r.arrival_s, r.request_id))
+        groups: list[Group] = []
+        recorder = Recorder()
+        now = 0.0
+        next_arrival = 0
+        step = 0
+        finished = 0
+        while next_arrival < len(pending) or sched.has_work():
+            while next_arrival < len(pending) and pending[next_arrival].arrival_s <= now:
+                group = self._new_group(pending[next_arrival])
+                groups.append(group)
+                sched.add(group)
+                next_arrival += 1
+            if not sched.has_work():
+                now = pending[next_arrival].arrival_s
+                continue
+            t0 = time.perf_counter()
+            batch = sched.schedule()
+            if not batch.chunks and not batch.swap_out:
+                if sched.running or sched.swapped:
+                    raise RuntimeError("scheduler made no progress with running sequences")
+                if next_arrival < len(pending):  # waiting groups need memory that arrives later
+                    now = max(now, pending[next_arrival].arrival_s)
+                    continue
+                head = sched.waiting.popleft()  # cannot fit even in an empty pool
+                sched._reject(head, head.reject_reason or "does not fit in an empty KV pool")
+                continue
+            final_lens = {s.seq_id: g.request.prompt_len + g.request.output_len - 1
+                          for g in sched.running for s in g.seqs}
+            usage = self.allocator.usage(final_lens)
+            logical = sum(s.num_computed for g in sched.running for s in g.seqs)
+            schedule_s = time.perf_counter() - t0
+            result = self.executor.execute(batch)
+            start = now
+            now += result.duration_s
+            t1 = time.perf_counter()
+            finished += self._process(batch, result, now)
+            schedule_s += time.perf_counter() - t1
+            recorder.step(index=step, start_s=start, batch=batch, result=result, usage=usage,
+                          logical_slots=logical, num_running=len(sched.running),
+                          num_waiting=len(sched.waiting), num_swapped=len(sched.swapped),
+                          num_preemptions=sched.num_preemptions, schedule_s=schedule_s)
+            step += 1
+            if self.progress is not None:
+                self.progress(finished)
+            if self.max_steps is not None and step >= self.max_steps:
+                raise RuntimeError(f"engine did not finish within max_steps={self.max_steps}")
+        steps = recorder.steps_frame()
+        reqs = requests_frame(groups)
+        summary = summarize(steps, reqs, num_preemptions=sched.num_preemptions,
+                            prefix_hit_rate=self.allocator.stats().get("prefix_hit_rate"))
+        outputs = {g.request_id: self._outputs_of(g) for g in groups if g.status is GroupStatus.FINISHED}
+        return EngineOutput(summary, steps, reqs, outputs)
+
+    # -- per-step output processing ----------------------------------------------------------
+    def _new_group(self, request: Request) -> Group:
+        return Group(request, [Seq(self.scheduler.new_seq_id(), list(request.prompt_ids))])
+
+    def _process(self, batch: StepBatch, result: StepResult, now: float) -> int:
+        """Append sampled tokens, fork samples and beams, finish groups; returns groups finished."""
+        by_request: dict[int, Group] = {g.request_id: g for g in self.scheduler.running}
+        touched: dict[int, Group] = {}
+        for chunk in batch.chunks:
+            if chunk.sample:
+                group = by_request[chunk.request_id]
+                touched[group.request_id] = group
+        finished = 0
+        for group in touched.values():
+            if group.is_beam:
+                self._beam_step(group, result)
+            else:
+                self._sample_step(group, result)
+            if group.first_token_s is None:
+                group.first_token_s = now
+            if group.done and not self.scheduler._pending_forks.get(group.request_id):
+                group.best_tokens = max(group.seqs, key=lambda s: s.cum_logprob).tokens
+                self.scheduler.finish(group, now)
+                finished += 1
+        return finished
+
+    def _sample_step(self, group: Group, result: StepResult) -> None:
+        output_len = group.request.output_len
+        for seq in group.seqs:
+            token = result.next_tokens.get(seq.seq_id)
+            if token is None:
+                continue
+            seq.tokens.append(token)
+            seq.num_generated += 1
+            if not group.forked:
+                group.forked = True
+                if output_len > 1:  # one-token answers need no K/V for their extra samples
+                    for extra in result.extra_tokens.get(seq.seq_id, ()):
+                        self.scheduler.add_pending_fork(group, seq, extra, 0.0)
+                break
+
+    def _beam_step(self, group: Group, result: StepResult) -> None:
+        """Keep the beam_width best continuations of all beams (cumulative log-probability)."""
+        width = group.request.beam_width
+        candidates = []
+        for seq in group.seqs:
+            for token, logprob in result.top_logprobs.get(seq.seq_id, ()):
+                candidates.append((seq.cum_logprob + logprob, seq.sample_index, token, seq))
+        if not candidates:
+            return
+        candidates.sort(key=lambda c: (-c[0], c[1], c[2]))
+        picks: dict[int, list[tuple[float, int]]] = {}
+        parents: dict[int, Seq] = {}
+        for score, _, token, seq in candidates[:width]:
+            picks.setdefault(seq.seq_id, []).append((score, token))
+            parents[seq.seq_id] = seq
+        for seq in list(group.seqs):
+            if seq.seq_id not in picks:
+                self.scheduler.free_seq(group, seq)
+        for seq_id, chosen in picks.items():
+            seq = parents[seq_id]
+            score, token = chosen[0]
+            seq.tokens.append(token)
+            seq.cum_logprob = score
+            seq.num_generated += 1
+            if seq.num_generated < group.request.output_len:
+                for extra_score, extra_token in chosen[1:]:
+                    self.scheduler.add_pending_fork(group, seq, extra_token, extra_score)
+        group.forked = True
+
+    @staticmethod
+    def _outputs_of(group: Group) -> list[list[int]]:
+        prompt_len = group.request.prompt_len
+        seqs = sorted(group.seqs, key=lambda s: (-s.cum_logprob, s.sample_index)) if group.is_beam \
+            else sorted(group.seqs, key=lambda s: s.sample_index)
+        return [s.tokens[prompt_len:] for s in seqs]

@@ -1,0 +1,143 @@
+"""Per-step rows, per-request rows and the run's summary metrics (the design's definitions)."""
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+
+import numpy as np
+import pandas as pd
+
+from allocators.base import MemoryUsage
+from kvbench.batch import StepBatch, StepResult
+from kvbench.engine.sequence import Group, GroupStatus
+
+MEM_KEYS = ("mem_token_frac", "mem_reserved_frac", "mem_internal_frac", "mem_external_frac")
+TIMING_KEYS = ("attention_s", "forward_s", "sampling_s", "copy_s", "swap_s", "schedule_s")
+
+
+class Recorder:
+    """Columnar step log (one append per column per step keeps the hot loop cheap)."""
+
+    def __init__(self) -> None:
+        self.steps: dict[str, list] = defaultdict(list)
+
+    def step(
+        self,
+        *,
+        index: int,
+        start_s: float,
+        batch: StepBatch,
+        result: StepResult,
+        usage: MemoryUsage,
+        logical_slots: int,
+        num_running: int,
+        num_waiting: int,
+        num_swapped: int,
+        num_preemptions: int,
+        schedule_s: float,
+    ) -> None:
+        col = self.steps
+        chunks = batch.chunks
+        col["step"].append(index)
+        col["time_s"].append(start_s)
+        col["step_s"].append(result.duration_s)
+        col["batch_size"].append(len({c.request_id for c in chunks}))
+        col["num_seqs"].append(len(chunks))
+        col["num_tokens"].append(batch.num_tokens)
+        col["num_prefill_tokens"].append(sum(c.query_len for c in chunks if c.query_len > 1 or not c.sample))
+        col["num_running"].append(num_running)
+        col["num_waiting"].append(num_waiting)
+        col["num_swapped"].append(num_swapped)
+        col["num_preemptions"].append(num_preemptions)
+        total = usage.total
+        col["mem_token_frac"].append(usage.token / total)
+        col["mem_reserved_frac"].append(usage.reserved / total)
+        col["mem_internal_frac"].append(usage.internal / total)
+        col["mem_external_frac"].append(usage.external / total)
+        col["logical_slots"].append(logical_slots)
+        col["token_slots"].append(usage.token)
+        col["copy_slots"].append(sum(op.length for op in batch.copy_ops))
+        timings = result.timings
+        for key in TIMING_KEYS[:-1]:
+            col[key].append(timings.get(key, math.nan))
+        col["schedule_s"].append(schedule_s)
+
+    def steps_frame(self) -> pd.DataFrame:
+        return pd.DataFrame(self.steps)
+
+
+def requests_frame(groups: list[Group]) -> pd.DataFrame:
+    rows = []
+    for g in sorted(groups, key=lambda g: g.request_id):
+        r = g.request
+        finished = g.status is GroupStatus.FINISHED
+        e2e = g.finish_s - r.arrival_s if finished else math.nan
+        ttft = g.first_token_s - r.arrival_s if g.first_token_s is not None else math.nan
+        tpot = (e2e - ttft) / (r.output_len - 1) if finished and r.output_len > 1 else math.nan
+        rows.append({
+            "request_id": r.request_id,
+            "status": g.status.value,
+            "reason": g.reject_reason or None,
+            "arrival_s": r.arrival_s,
+            "first_token_s": g.first_token_s,
+            "finish_s": g.finish_s,
+            "prompt_len": r.prompt_len,
+            "output_len": r.output_len,
+            "n": r.n,
+            "beam_width": r.beam_width,
+            "num_preemptions": g.num_preemptions,
+            "ttft_s": ttft,
+            "tpot_s": tpot,
+            "e2e_s": e2e,
+            "normalized_latency_s": e2e / r.output_len if finished else math.nan,
+        })
+    return pd.DataFrame(rows)
+
+
+def _none_if_nan(x: float) -> float | None:
+    return None if x is None or (isinstance(x, float) and math.isnan(x)) else float(x)
+
+
+def summarize(steps: pd.DataFrame, requests: pd.DataFrame, *, num_preemptions: int,
+              prefix_hit_rate: float | None) -> dict:
+    """The design's throughput, latency, batching, memory and outcome columns."""
+    done = requests[requests["status"] == "finished"] if len(requests) else requests
+    out: dict = {}
+    if len(done):
+        start = float(requests["arrival_s"].min())
+        end = float(done["finish_s"].max())
+        duration = end - start
+    else:
+        duration = float(steps["step_s"].sum()) if len(steps) else 0.0
+    out["duration_s"] = duration
+    samples = np.where(done["beam_width"] > 1, 1, done["n"]) if len(done) else np.array([])
+    out_tokens = float((done["output_len"] * samples).sum()) if len(done) else 0.0
+    in_tokens = float(done["prompt_len"].sum()) if len(done) else 0.0
+    out["request_throughput"] = len(done) / duration if duration > 0 else None
+    out["output_token_throughput"] = out_tokens / duration if duration > 0 else None
+    out["total_token_throughput"] = (out_tokens + in_tokens) / duration if duration > 0 else None
+    for name, col in (("ttft", "ttft_s"), ("tpot", "tpot_s")):
+        vals = done[col].dropna() if len(done) else pd.Series(dtype=float)
+        out[f"mean_{name}_s"] = float(vals.mean()) if len(vals) else None
+        out[f"p99_{name}_s"] = float(vals.quantile(0.99)) if len(vals) else None
+    out["mean_e2e_s"] = float(done["e2e_s"].mean()) if len(done) else None
+    out["normalized_latency_s"] = float(done["normalized_latency_s"].mean()) if len(done) else None
+    if len(steps):
+        out["mean_batch_size"] = float(steps["batch_size"].mean())
+        out["max_batch_size"] = int(steps["batch_size"].max())
+        weights = steps["step_s"].to_numpy()
+        if weights.sum() <= 0:
+            weights = np.ones(len(steps))
+        for key in MEM_KEYS:
+            out[key] = float(np.average(steps[key].to_numpy(), weights=weights))
+        logical = float(np.dot(steps["logical_slots"].to_numpy(), weights))
+        physical = float(np.dot(steps["token_slots"].to_numpy(), weights))
+        out["sharing_saving_frac"] = (logical - physical) / logical if logical > 0 else None
+    else:
+        out.update({"mean_batch_size": None, "max_batch_size": None, "sharing_saving_frac": None})
+        out.update({key: None for key in MEM_KEYS})
+    out["num_preemptions"] = num_preemptions
+    out["prefix_hit_rate"] = _none_if_nan(prefix_hit_rate)
+    out["num_finished"] = int(len(done))
+    out["num_rejected"] = int((requests["status"] == "rejected").sum()) if len(requests) else 0
+    return out

@@ -1,0 +1,97 @@
+"""The logger interface the app talks to, and a logger that does nothing.
+
+The app calls, in order: ``start`` once, ``log_step`` once per engine step, then any of
+``log_summary``, ``log_requests``, ``log_figures``, and ``finish`` in a ``finally``.
+Nothing here imports a tracking library.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+STEP_PREFIX = "steps/"  # per-step metrics are logged as steps/<name> against the "step" metric
+STEP_METRIC = "step"  # the engine step index
+RATE_PREFIX = "by_rate/"  # one history point per run keyed by request rate (latency-vs-rate lines)
+
+
+class Logger:
+    """Base class: every method is a no-op, so subclasses override what they record."""
+
+    def start(
+        self,
+        config: Mapping[str, Any],
+        run_id: str,
+        name: str,
+        group: str | None = None,
+        tags: Sequence[str] = (),
+        *,
+        run_dir: str | Path | None = None,
+    ) -> None:
+        """Open a run. ``config`` is the resolved (nested) config; ``run_dir`` the results dir."""
+
+    def log_step(self, step: int, metrics: Mapping[str, Any]) -> None:
+        """Record one engine step's scalar metrics (called every step: must stay cheap)."""
+
+    def log_summary(self, summary: Mapping[str, Any]) -> None:
+        """Record the run's summary row (the results schema columns)."""
+
+    def log_requests(self, requests) -> None:
+        """Record the per-request table (a pandas DataFrame)."""
+
+    def log_figures(self, paths: Sequence[str | Path]) -> None:
+        """Record figure files (PNG and other raster images)."""
+
+    def finish(self, exit_code: int = 0) -> None:
+        """Close the run; safe to call more than once, and without a start."""
+
+
+class NullLogger(Logger):
+    """``logger=none``: records nothing."""
+
+
+def flatten_config(config: Mapping[str, Any], sep: str = ".") -> dict[str, Any]:
+    """Flatten nested mappings to ``{"a.b.c": value}``; sequences become plain lists.
+
+    Works on plain dicts and on OmegaConf containers (DictConfig is a Mapping; interpolations
+    resolve on access).
+    """
+    out: dict[str, Any] = {}
+
+    def walk(prefix: str, node: Any) -> None:
+        if isinstance(node, Mapping):
+            if not node and prefix:
+                out[prefix] = {}
+            for key, value in node.items():
+                walk(f"{prefix}{sep}{key}" if prefix else str(key), value)
+        else:
+            out[prefix] = _plain(node)
+
+    walk("", config)
+    return out
+
+
+def _plain(node: Any) -> Any:
+    if isinstance(node, Mapping):
+        return {str(k): _plain(v) for k, v in node.items()}
+    if isinstance(node, Sequence) and not isinstance(node, (str, bytes)):
+        return [_plain(v) for v in node]
+    return node
+
+
+def run_tags(
+    allocator: str | None = None, block_size: int | None = None, workload: str | None = None
+) -> list[str]:
+    """The standard run tags: ``allocator=<name>``, ``block_size=<n>``, ``workload=<name>``."""
+    pairs = (("allocator", allocator), ("block_size", block_size), ("workload", workload))
+    return [f"{key}={value}" for key, value in pairs if value is not None]
+
+
+def tags_from_config(flat_config: Mapping[str, Any]) -> list[str]:
+    """Best-effort standard tags from a flattened config (``allocator.name``,
+    ``allocator.block_size``, ``workload.name``); keys that are absent are skipped."""
+    return run_tags(
+        flat_config.get("allocator.name"),
+        flat_config.get("allocator.block_size"),
+        flat_config.get("workload.name"),
+    )

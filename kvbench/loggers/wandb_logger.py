@@ -1,0 +1,238 @@
+"""Weights & Biases logger. Offline unless the config says ``mode: online``; never needs an
+account offline. The only module of the project that imports wandb at import time.
+
+What one run holds:
+
+- config: the resolved config flattened to ``a.b.c`` keys, plus the run's identity columns
+  (``allocator``, ``block_size``, ``workload``, ``request_rate``, ...) as top-level keys once
+  the summary is known, so workspaces can group runs by ``Config("allocator")``;
+- tags ``allocator=<name>``, ``block_size=<n>``, ``workload=<name>`` plus ``logger.tags``;
+  the group is the sweep's (``logger.group``, else the one the app passes);
+- history: ``steps/<metric>`` against the engine step ``step`` (``define_metric``); see
+  ``StepSampler`` for which steps; plus one ``by_rate/*`` point per run keyed by
+  ``by_rate/request_rate`` (line plots of latency against request rate across runs);
+- summary: the results summary row; ``requests`` (a Table) and ``figures/<stem>`` (Images).
+"""
+from __future__ import annotations
+
+import math
+import numbers
+import warnings
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import wandb
+
+from kvbench.results import SUMMARY_COLUMNS
+
+from .base import RATE_PREFIX, STEP_METRIC, STEP_PREFIX, Logger, flatten_config, tags_from_config
+
+IDENTITY_COLUMNS = SUMMARY_COLUMNS[: SUMMARY_COLUMNS.index("seed") + 1]
+RATE_METRICS = (
+    "normalized_latency_s", "mean_ttft_s", "mean_tpot_s", "request_throughput",
+    "output_token_throughput", "mean_batch_size",
+    "mem_token_frac", "mem_reserved_frac", "mem_internal_frac", "mem_external_frac",
+)  # fmt: skip
+IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".gif", ".bmp"}
+MAX_TAG_LEN = 64  # W&B's limit on one tag
+
+
+def _scalar(value: Any) -> float | int | bool | None:
+    """value as a loggable number, or None if it is not a finite-or-nan real number."""
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real):
+        return float(value)
+    return None
+
+
+class StepSampler:
+    """Keeps at most ``limit`` evenly spaced steps out of a stream of unknown length.
+
+    It keeps every ``stride``-th call (stride starts at 1). When more than ``limit`` rows are
+    held it drops every other one and doubles the stride, so memory stays O(limit) and the
+    kept steps are always evenly spaced: after n calls it holds between limit/2 and limit
+    rows (all of them while n <= limit). ``limit <= 0`` disables the cap.
+    """
+
+    __slots__ = ("limit", "stride", "calls", "rows")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.stride = 1
+        self.calls = 0
+        self.rows: list[dict[str, Any]] = []
+
+    def offer(self, step: int, metrics: Mapping[str, Any]) -> None:
+        keep = self.calls % self.stride == 0
+        self.calls += 1
+        if not keep:
+            return
+        row = {STEP_METRIC: int(step)}
+        for key, value in metrics.items():
+            number = _scalar(value)
+            if number is not None and key != STEP_METRIC:
+                row[STEP_PREFIX + key] = number
+        self.rows.append(row)
+        if 0 < self.limit < len(self.rows):
+            self.rows = self.rows[::2]
+            self.stride *= 2
+
+    def drain(self) -> list[dict[str, Any]]:
+        rows, self.rows = self.rows, []
+        return rows
+
+
+class WandbLogger(Logger):
+    """Logs a run to W&B. Per-step metrics are buffered (see StepSampler) and written when the
+    summary is logged or the run finishes, each kept step as one committed history row; the
+    complete per-step record is the run's steps.parquet."""
+
+    def __init__(
+        self,
+        project: str = "kvbench",
+        entity: str | None = None,
+        mode: str = "offline",
+        group: str | None = None,
+        tags: Sequence[str] = (),
+        dir: str | Path | None = None,
+        max_step_logs: int | None = 2000,
+    ) -> None:
+        if mode not in ("offline", "online", "disabled"):
+            raise ValueError(f"logger.mode={mode!r} is not allowed; use offline, online or disabled")
+        self.project = project
+        self.entity = entity
+        self.mode = mode
+        self.group = group
+        self.tags = list(tags)
+        self.dir = Path(dir) if dir is not None else None
+        self.max_step_logs = int(max_step_logs or 0)
+        self.run: wandb.Run | None = None
+        self._steps = StepSampler(self.max_step_logs)
+
+    @classmethod
+    def from_config(cls, cfg: Mapping[str, Any]) -> WandbLogger:
+        """Build from the ``logger`` config group (conf/logger/wandb.yaml)."""
+        known = {"name", "project", "entity", "mode", "group", "tags", "dir", "max_step_logs"}
+        unknown = sorted(set(cfg) - known)
+        if unknown:
+            raise ValueError(
+                f"logger.{unknown[0]} is not a wandb logger key; allowed: {', '.join(sorted(known))}"
+            )
+        kwargs = {k: cfg[k] for k in known - {"name"} if k in cfg}
+        if kwargs.get("tags") is None:
+            kwargs["tags"] = ()
+        return cls(**kwargs)
+
+    # -- Logger interface ------------------------------------------------------------------
+
+    def start(
+        self,
+        config: Mapping[str, Any],
+        run_id: str,
+        name: str,
+        group: str | None = None,
+        tags: Sequence[str] = (),
+        *,
+        run_dir: str | Path | None = None,
+    ) -> None:
+        if self.run is not None:
+            raise RuntimeError("WandbLogger.start called twice; call finish first")
+        flat = flatten_config(config)
+        flat.setdefault("run_id", run_id)
+        all_tags = [str(t)[:MAX_TAG_LEN] for t in [*tags_from_config(flat), *tags, *self.tags]]
+        directory = self.dir if self.dir is not None else (Path(run_dir) if run_dir else None)
+        if directory is not None:
+            directory.mkdir(parents=True, exist_ok=True)
+        self._steps = StepSampler(self.max_step_logs)
+        self.run = wandb.init(
+            project=self.project,
+            entity=self.entity,
+            mode=self.mode,
+            group=self.group if self.group is not None else group,
+            tags=list(dict.fromkeys(all_tags)),
+            name=name,
+            config=flat,
+            dir=str(directory) if directory is not None else None,
+            reinit="finish_previous",
+        )
+        self.run.define_metric(STEP_METRIC)
+        self.run.define_metric(RATE_PREFIX + "*", step_metric=RATE_PREFIX + "request_rate")
+        self.run.define_metric("*", step_metric=STEP_METRIC)
+
+    def log_step(self, step: int, metrics: Mapping[str, Any]) -> None:
+        if self.run is None:
+            return
+        if self.max_step_logs <= 0:  # no cap: log every step as it comes
+            self._steps.offer(step, metrics)
+            self._flush_steps()
+        else:
+            self._steps.offer(step, metrics)
+
+    def log_summary(self, summary: Mapping[str, Any]) -> None:
+        if self.run is None:
+            return
+        self._flush_steps()
+        values = {k: v for k, v in summary.items() if v is not None}
+        values = {k: (v.item() if isinstance(v, np.generic) else v) for k, v in values.items()}
+        self.run.summary.update(values)
+        identity = {k: values[k] for k in IDENTITY_COLUMNS if k in values}
+        self.run.config.update(identity, allow_val_change=True)
+        rate = _scalar(values.get("request_rate"))
+        if rate is not None and not (isinstance(rate, float) and math.isnan(rate)):
+            point = {RATE_PREFIX + "request_rate": rate}
+            for key in RATE_METRICS:
+                number = _scalar(values.get(key))
+                if number is not None:
+                    point[RATE_PREFIX + key] = number
+            self.run.log(point)
+
+    def log_requests(self, requests) -> None:
+        if self.run is None or requests is None:
+            return
+        limit = wandb.Table.MAX_ROWS
+        if len(requests) > limit:  # W&B would silently keep only the first MAX_ROWS
+            warnings.warn(
+                f"requests table has {len(requests)} rows; logging {limit} evenly spaced ones"
+                " (requests.parquet has them all)"
+            )
+            requests = requests.iloc[np.linspace(0, len(requests) - 1, limit).astype(int)]
+        self.run.log({"requests": wandb.Table(dataframe=requests.reset_index(drop=True))})
+
+    def log_figures(self, paths: Sequence[str | Path]) -> None:
+        if self.run is None:
+            return
+        images = {
+            f"figures/{Path(p).stem}": wandb.Image(str(p))
+            for p in paths
+            if Path(p).suffix.lower() in IMAGE_SUFFIXES
+        }
+        if images:
+            self.run.log(images)
+
+    def finish(self, exit_code: int = 0) -> None:
+        run, self.run = self.run, None
+        if run is None:
+            return
+        try:
+            self._flush_steps(run)
+        finally:
+            run.finish(exit_code=exit_code)
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    @property
+    def run_path(self) -> Path | None:
+        """The local W&B run directory (``.../wandb/offline-run-<date>-<id>``), while started."""
+        return Path(self.run.dir).parent if self.run is not None else None
+
+    def _flush_steps(self, run: wandb.Run | None = None) -> None:
+        run = run if run is not None else self.run
+        for row in self._steps.drain():
+            run.log(row)

@@ -1,0 +1,355 @@
+"""The results store: one directory per run plus a shared, append-only index.
+
+A run directory holds ``summary.json`` (one flat row), ``steps.parquet`` (one row per engine
+step) and ``requests.parquet`` (one row per request). Each file is written to a temporary name
+in the same directory and renamed into place, so an interrupted run leaves either the old file
+or the new one, never half of one. ``summary.json`` is written last: its presence marks a
+complete run.
+
+The index (``results/index.jsonl``) holds one JSON object per line, one line per finished run.
+Runs append to it under an exclusive ``fcntl.flock`` on a sibling lock file, so concurrent jobs
+(joblib processes, submitit tasks on a shared file system with working locks) can share it; it
+is never rewritten. A run that is repeated under the same ``run_id`` appends a new line, and
+readers keep the last one.
+
+``kvbench-results`` prints a comparison table from the index.
+"""
+from __future__ import annotations
+
+import argparse
+import fcntl
+import json
+import math
+import numbers
+import os
+import sys
+import warnings
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+# The design's summary columns, in order (design.md, "Results schema").
+SUMMARY_COLUMNS: tuple[str, ...] = (
+    # identity
+    "run_id", "experiment", "allocator", "reserve", "block_size", "backend", "device",
+    "gpu_profile", "model", "workload", "request_rate", "num_requests", "kv_slots", "kv_bytes",
+    "seed",
+    # throughput
+    "duration_s", "request_throughput", "output_token_throughput", "total_token_throughput",
+    # latency (seconds)
+    "mean_ttft_s", "p99_ttft_s", "mean_tpot_s", "p99_tpot_s", "mean_e2e_s",
+    "normalized_latency_s",
+    # batching
+    "mean_batch_size", "max_batch_size",
+    # memory
+    "mem_token_frac", "mem_reserved_frac", "mem_internal_frac", "mem_external_frac",
+    # pressure and sharing
+    "num_preemptions", "prefix_hit_rate", "sharing_saving_frac",
+    # outcome
+    "num_finished", "num_rejected",
+)  # fmt: skip
+
+MEM_COLUMNS: tuple[str, ...] = (
+    "mem_token_frac", "mem_reserved_frac", "mem_internal_frac", "mem_external_frac",
+)  # fmt: skip
+
+DEFAULT_INDEX = Path("results/index.jsonl")
+SUMMARY_FILE = "summary.json"
+STEPS_FILE = "steps.parquet"
+REQUESTS_FILE = "requests.parquet"
+RUN_DIR_COLUMN = "run_dir"  # added to each index row: where the run's files are
+
+DEFAULT_COMPARE_COLUMNS: tuple[str, ...] = (
+    "allocator", "reserve", "block_size", "workload", "request_rate", "mean_batch_size",
+    "request_throughput", "normalized_latency_s", *MEM_COLUMNS, "num_preemptions",
+)  # fmt: skip
+
+
+# ----------------------------------------------------------------------------- writing
+
+
+def clean_summary(summary: Mapping[str, object]) -> dict[str, object]:
+    """Return the summary as a JSON-safe flat row: design columns first, in order, then extras.
+
+    Missing design columns become None (null), never 0. numpy scalars become Python scalars;
+    NaN and infinities become None (JSON has no NaN). Anything else that is not None, bool,
+    int, float or str (a list, a dict, an object) raises TypeError naming the key.
+    """
+    for key in summary:
+        if not isinstance(key, str):
+            raise TypeError(f"summary key {key!r} is not a string")
+    row = {col: _clean_value(col, summary.get(col)) for col in SUMMARY_COLUMNS}
+    for key, value in summary.items():
+        if key not in row:
+            row[key] = _clean_value(key, value)
+    return row
+
+
+def _clean_value(key: str, value: object) -> object:
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, np.generic):  # numpy scalar, including np.bool_ and np.str_
+        value = value.item()
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real):
+        value = float(value)
+        return value if math.isfinite(value) else None
+    if isinstance(value, str):  # np.str_ after .item()
+        return value
+    if value is pd.NA or value is pd.NaT:
+        return None
+    raise TypeError(
+        f"summary[{key!r}] has type {type(value).__name__}; "
+        "allowed: None, bool, int, float, str (flatten or stringify it)"
+    )
+
+
+def write_run(
+    run_dir: str | os.PathLike,
+    summary: Mapping[str, object],
+    steps: pd.DataFrame,
+    requests: pd.DataFrame,
+    index_path: str | os.PathLike = DEFAULT_INDEX,
+) -> Path:
+    """Write one run's files into ``run_dir`` and append its row to the index; return run_dir.
+
+    Validation (summary types, a non-empty ``run_id``, DataFrame inputs) happens before
+    anything is written. Files are written atomically, ``summary.json`` last; the index row is
+    appended only after all three files are in place.
+    """
+    row = clean_summary(summary)
+    if not row["run_id"]:
+        raise ValueError("summary['run_id'] is required (the index keys runs by it)")
+    for name, frame in (("steps", steps), ("requests", requests)):
+        if not isinstance(frame, pd.DataFrame):
+            raise TypeError(f"{name} must be a pandas DataFrame, got {type(frame).__name__}")
+
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    _atomic_write(run_dir / STEPS_FILE, lambda f: steps.to_parquet(f, index=False))
+    _atomic_write(run_dir / REQUESTS_FILE, lambda f: requests.to_parquet(f, index=False))
+    text = json.dumps(row, indent=1, allow_nan=False) + "\n"
+    _atomic_write(run_dir / SUMMARY_FILE, lambda f: f.write(text.encode()))
+
+    index_path = Path(index_path)
+    append_index_row(index_path, {**row, RUN_DIR_COLUMN: _run_dir_for_index(run_dir, index_path)})
+    return run_dir
+
+
+def _atomic_write(path: Path, write) -> None:
+    """Call write(binary file) on a temporary file next to path, fsync it, rename onto path."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def _run_dir_for_index(run_dir: Path, index_path: Path) -> str:
+    """run_dir relative to the index's folder when it lies inside it, else absolute."""
+    run_abs = run_dir.resolve()
+    base = index_path.parent.resolve()
+    try:
+        return run_abs.relative_to(base).as_posix()
+    except ValueError:
+        return run_abs.as_posix()
+
+
+def append_index_row(index_path: str | os.PathLike, row: Mapping[str, object]) -> None:
+    """Append one JSON line to the index under an exclusive lock on ``<index>.lock``.
+
+    The line goes out in one write. If the file does not end in a newline (a writer died
+    mid-line), a newline is written first so the torn line stays alone on its line and
+    readers skip it; the existing bytes are never changed.
+    """
+    index_path = Path(index_path)
+    index_path.parent.mkdir(parents=True, exist_ok=True)
+    line = (json.dumps(dict(row), allow_nan=False) + "\n").encode()
+    lock_path = index_path.with_name(index_path.name + ".lock")
+    with open(lock_path, "a") as lock:
+        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+        try:
+            with open(index_path, "ab+") as f:
+                end = f.seek(0, os.SEEK_END)
+                if end > 0:
+                    f.seek(end - 1)
+                    if f.read(1) != b"\n":
+                        line = b"\n" + line
+                f.write(line)
+                f.flush()
+                os.fsync(f.fileno())
+        finally:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
+
+
+# ----------------------------------------------------------------------------- reading
+
+
+def load_index(path: str | os.PathLike = DEFAULT_INDEX, dedupe: bool = True) -> pd.DataFrame:
+    """Read the index as one row per run, SUMMARY_COLUMNS first, then run_dir and extras.
+
+    With ``dedupe`` a run_id that appears more than once keeps its last row. Lines that are
+    not JSON objects are skipped: silently for the last line (a write cut short), with a
+    warning elsewhere. A missing file raises FileNotFoundError.
+    """
+    path = Path(path)
+    lines = path.read_bytes().decode("utf-8", errors="replace").splitlines()
+    rows: list[dict] = []
+    last = max((i for i, line in enumerate(lines) if line.strip()), default=-1)
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            obj = None
+        if not isinstance(obj, dict):
+            if i != last:
+                warnings.warn(f"{path}:{i + 1}: skipping a line that is not a JSON object")
+            continue
+        rows.append(obj)
+
+    extras: dict[str, None] = {}
+    for obj in rows:
+        extras.update((k, None) for k in obj if k not in extras)
+    fixed = [*SUMMARY_COLUMNS, RUN_DIR_COLUMN]
+    columns = fixed + [k for k in extras if k not in fixed]
+    df = pd.DataFrame.from_records(rows, columns=columns)
+    if dedupe and len(df):
+        df = df.drop_duplicates("run_id", keep="last").reset_index(drop=True)
+    return df
+
+
+def run_dir_of(run: str | os.PathLike, index: str | os.PathLike = DEFAULT_INDEX) -> Path:
+    """A run's directory: ``run`` itself if it is a run directory, else its run_id's row."""
+    candidate = Path(run)
+    if (candidate / SUMMARY_FILE).is_file() or (candidate / STEPS_FILE).is_file():
+        return candidate
+    if isinstance(run, os.PathLike):
+        raise FileNotFoundError(f"{run} is not a run directory (no {SUMMARY_FILE})")
+    index = Path(index)
+    df = load_index(index)
+    match = df.loc[df["run_id"] == run, RUN_DIR_COLUMN]
+    if match.empty:
+        raise KeyError(f"run {run!r} is neither a run directory nor a run_id in {index}")
+    run_dir = Path(match.iloc[-1])
+    return run_dir if run_dir.is_absolute() else index.parent / run_dir
+
+
+def load_summary(run: str | os.PathLike, index: str | os.PathLike = DEFAULT_INDEX) -> dict:
+    """A run's summary.json as a dict (run is a run_id or a run directory)."""
+    return json.loads((run_dir_of(run, index) / SUMMARY_FILE).read_text())
+
+
+def load_steps(run: str | os.PathLike, index: str | os.PathLike = DEFAULT_INDEX) -> pd.DataFrame:
+    """A run's per-step table (run is a run_id or a run directory)."""
+    return pd.read_parquet(run_dir_of(run, index) / STEPS_FILE)
+
+
+def load_requests(
+    run: str | os.PathLike, index: str | os.PathLike = DEFAULT_INDEX
+) -> pd.DataFrame:
+    """A run's per-request table (run is a run_id or a run directory)."""
+    return pd.read_parquet(run_dir_of(run, index) / REQUESTS_FILE)
+
+
+def compare(
+    df: pd.DataFrame, columns: Sequence[str], by: Sequence[str] = ("experiment",)
+) -> pd.DataFrame:
+    """The ``by`` columns then ``columns``, rows sorted by ``by`` (stable: index order within).
+
+    One row per run; nothing is aggregated. Raises KeyError listing unknown columns.
+    """
+    wanted = list(dict.fromkeys([*by, *columns]))
+    unknown = [c for c in wanted if c not in df.columns]
+    if unknown:
+        raise KeyError(f"unknown column(s): {', '.join(unknown)}")
+    out = df[wanted]
+    if by:
+        out = out.sort_values(list(by), kind="stable", na_position="last")
+    return out.reset_index(drop=True)
+
+
+# ----------------------------------------------------------------------------- CLI
+
+
+def _format_cell(value: object) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)) or value is pd.NA:
+        return ""
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def _markdown(df: pd.DataFrame) -> str:
+    header = "| " + " | ".join(df.columns) + " |"
+    rule = "| " + " | ".join("---" for _ in df.columns) + " |"
+    body = ["| " + " | ".join(_format_cell(v) for v in row) + " |" for row in df.itertuples(index=False)]
+    return "\n".join([header, rule, *body])
+
+
+def _groups(table: pd.DataFrame) -> Iterable[tuple[str, pd.DataFrame]]:
+    keys = table["experiment"].astype(object).where(table["experiment"].notna(), "(none)")
+    for name in dict.fromkeys(keys):
+        yield str(name), table.loc[keys == name].drop(columns="experiment")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``kvbench-results``: print a comparison table of index columns, grouped by experiment."""
+    parser = argparse.ArgumentParser(
+        prog="kvbench-results", description="Compare runs recorded in the results index."
+    )
+    parser.add_argument("--index", default=str(DEFAULT_INDEX), help="index file (%(default)s)")
+    parser.add_argument(
+        "--columns",
+        default=",".join(DEFAULT_COMPARE_COLUMNS),
+        help="comma-separated columns (default: %(default)s)",
+    )
+    parser.add_argument("--experiment", help="only runs of this experiment")
+    parser.add_argument("--format", choices=("table", "csv", "markdown"), default="table")
+    args = parser.parse_args(argv)
+
+    columns = [c.strip() for c in args.columns.split(",") if c.strip()]
+    try:
+        df = load_index(args.index)
+    except FileNotFoundError:
+        print(f"kvbench-results: no index at {args.index}", file=sys.stderr)
+        return 2
+    try:
+        table = compare(df, columns, by=("experiment",))
+    except KeyError as e:
+        known = ", ".join(df.columns)
+        print(f"kvbench-results: --columns: {e.args[0]} (known: {known})", file=sys.stderr)
+        return 2
+    if args.experiment is not None:
+        table = table[table["experiment"] == args.experiment].reset_index(drop=True)
+    if table.empty:
+        where = f" for experiment {args.experiment!r}" if args.experiment is not None else ""
+        print(f"kvbench-results: no runs in {args.index}{where}", file=sys.stderr)
+        return 1
+
+    if args.format == "csv":
+        table.to_csv(sys.stdout, index=False)
+        return 0
+    blocks = []
+    for name, group in _groups(table):
+        if args.format == "markdown":
+            blocks.append(f"### {name}\n\n{_markdown(group)}")
+        else:
+            blocks.append(f"== {name} ==\n{group.to_string(index=False)}")
+    print("\n\n".join(blocks))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

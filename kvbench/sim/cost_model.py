@@ -1,0 +1,457 @@
+"""Cost model of one engine step on a named GPU (``backend=sim``): the formula and every constant.
+
+No model runs. A step's duration is a roofline estimate per phase from the GPU profile
+(``conf/gpu/*.yaml``: peak FLOP/s, memory bandwidth, memory size, link bandwidths, ``count``)
+and the model geometry (``conf/model/*.yaml``). With ``n = gpu.count`` GPUs in tensor
+parallel, every FLOP and byte below is divided by ``n`` (Megatron-style sharding of heads and
+FFN columns) and all-reduces are added.
+
+    duration = overhead + forward + attention + sampling + copy + swap
+
+    overhead  = step_overhead_s + num_layers * layer_overhead_s
+    forward   = max(dense_flops / (peak * eff_flops), weight_read_bytes / (bw * eff_bw))
+                + 2 * num_layers * all_reduce(num_tokens * hidden * dtype_bytes)      [n > 1]
+        dense_flops       = 2 * linear_params * num_tokens + 2 * vocab * hidden * num_sampled
+        weight_read_bytes = (linear_params + vocab * hidden) * dtype_bytes   (read once per step)
+        all_reduce(B)     = allreduce_latency_s + 2 (n-1)/n * B / (interconnect_bw * eff_interconnect)
+    attention = sum over {prefill chunks, decode chunks} (two kernels) of
+                  max(pairs * 4 * num_heads * head_size * num_layers / (peak * eff_attn_flops),
+                      (blocks * block_size * bytes_per_slot + blocks * segments_per_block
+                       * gather_half_bytes) / (bw * eff_bw))
+                + num_tokens * bytes_per_slot / (bw * eff_bw)           (writing the new K/V)
+        blocks  = sum over chunks of ceil(context_len / block_size)  (whole blocks are read:
+                  the tail of the last block is waste the kernel still loads)
+        pairs   = causal (query, key) pairs: context_len for a decode token;
+                  q * start_pos + q (q + 1) / 2 for a chunk of q new tokens
+        segments_per_block = 2 * num_layers * num_kv_heads: one contiguous run of
+                  block_size * head_size * dtype_bytes bytes per (layer, K|V, KV head), as in
+                  vLLM's paged cache layout
+    sampling  = num_sampled * (sample_host_s + SAMPLING_PASSES * vocab * 4 / (bw * eff_bw))
+    copy      = 2 * (copy_slots * bytes_per_slot + num_copy_ops * 2 * num_layers
+                     * gather_half_bytes) / (bw * eff_bw)                    (read + write)
+    swap      = swap_slots * bytes_per_slot / (host_bw * eff_host)
+                + swap_runs * 2 * num_layers * host_transfer_latency_s
+        swap_runs = maximal runs of consecutive device slots (one copy per run, layer and K|V)
+
+Gather granularity. A paged kernel reads one block's K (or V) of one head as a contiguous run
+of ``S = block_size * head_size * dtype_bytes`` bytes. Short runs use DRAM bandwidth badly
+(row activations, partial bursts) and leave the kernel's thread groups idle. We model this
+with Hockney's half-performance length (R. Hockney, *The science of computer benchmarking*,
+1996; Hockney & Jesshope, *Parallel Computers 2*, 1988): moving a run of S bytes costs as
+much as ``S + gather_half_bytes`` bytes at full rate, i.e. efficiency S / (S + S_half). With
+S_half = 512 B (an assumption, half of the 1 KiB HBM2 page of one pseudo-channel, JEDEC
+JESD235): fp16, head_size 128: block 1 -> 33 %, 8 -> 80 %, 16 -> 89 %, 64 -> 97 %. This
+reproduces the direction of the PagedAttention paper's block-size ablation (Kwon et al.,
+SOSP 2023, Sec. 7.2, Fig. 18: small blocks "cannot fully utilize the GPU's parallelism for
+reading and processing KV cache"); it was not fitted to that figure. The same per-run cost
+applies to in-pool copies (one run per copy op, layer and K|V). Swaps over PCIe pay a fixed
+per-transfer latency instead (Kwon et al. Sec. 7.3, Fig. 19a: swapping is inefficient with
+small blocks because of the many small PCIe transfers).
+
+KV memory (``kv_cache_bytes``): as vLLM's profiler does,
+
+    kv = n * memory_bytes * utilization - weight_bytes - n * (runtime_reserved_bytes
+         + activation_bytes_per_gpu)
+
+with ``weight_bytes = num_params * dtype_bytes`` and the activation headroom the peak live
+activations of one layer of a profiling forward over ``max_num_batched_tokens`` tokens
+(activations are freed layer by layer in inference) plus fp32 logits of ``max_num_seqs`` rows.
+
+Constants. Datasheet figures live in the GPU profiles. The efficiency and overhead constants
+below are first-principles values with their sources, not fitted to any paper's curve; a
+profile may override any of them with a top-level key of the same name (that is where values
+calibrated on the project's own GPU measurements go).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from kvbench.geometry import DTYPE_BYTES
+
+MiB = 1 << 20
+GiB = 1 << 30
+
+FAMILIES = ("opt", "llama", "mistral", "qwen2")
+
+DEFAULTS: dict[str, float] = {
+    # Achieved fraction of peak tensor FLOP/s in the dense layers. cuBLAS fp16 GEMMs reach
+    # roughly 70-90 % of peak on large shapes (NVIDIA, "Matrix Multiplication Background
+    # User's Guide", Deep Learning Performance docs, A100 GEMM figures); LLM layer shapes at
+    # moderate token counts sit at the lower end.
+    "eff_flops": 0.70,
+    # Achieved fraction of peak FLOP/s of prefill attention: FlashAttention-2 reaches 50-73 %
+    # of A100 peak in the forward pass (Dao, "FlashAttention-2", 2023, Sec. 4.1).
+    "eff_attn_flops": 0.50,
+    # Achieved fraction of peak DRAM bandwidth for large streaming reads: STREAM-like kernels
+    # reach about 85-90 % on A100 and H100 HBM (BabelStream results; NVIDIA's own copy
+    # bandwidth figures in the CUDA samples' bandwidthTest).
+    "eff_bw": 0.85,
+    # NCCL all-reduce bus bandwidth over NVLink is about 75-80 % of the link rate for large
+    # messages (nccl-tests, all_reduce_perf busbw on DGX A100 / H100 reports).
+    "eff_interconnect": 0.75,
+    # Pinned host<->device copies reach about 80 % of the PCIe x16 rate (about 25 of 32 GB/s on
+    # Gen4; CUDA samples bandwidthTest).
+    "eff_host": 0.80,
+    # Hockney half-performance run length of a gathered KV read, bytes (see module docstring).
+    # Assumption: half of a 1 KiB HBM2 pseudo-channel page (JEDEC JESD235). Calibrate.
+    "gather_half_bytes": 512.0,
+    # Host-side cost of one engine iteration that does not overlap the GPU (scheduling, input
+    # tensors, the synchronising copy of sampled tokens). Assumption of order 1 ms for a
+    # Python serving engine; calibrate with the hf executor.
+    "step_overhead_s": 1.0e-3,
+    # Per-layer launch cost not hidden behind GPU work (~8 kernels of a layer at a few us of
+    # CUDA launch latency each, partly overlapped). Assumption; calibrate.
+    "layer_overhead_s": 1.0e-5,
+    # Latency of one small NCCL all-reduce inside a node (nccl-tests all_reduce_perf at small
+    # sizes: of order 10 us over NVLink).
+    "allreduce_latency_s": 1.0e-5,
+    # Fixed cost of one host<->device transfer (cudaMemcpyAsync call + DMA setup), order
+    # 5 us (CUDA samples bandwidthTest at small sizes).
+    "host_transfer_latency_s": 5.0e-6,
+    # Host-side cost per sampled token (building the output, Python bookkeeping). Assumption.
+    "sample_host_s": 1.0e-6,
+    # Memory the runtime holds outside the KV pool and weights on each GPU: CUDA context,
+    # cuBLAS/NCCL workspaces, allocator slack. Assumption, order of what nvidia-smi shows
+    # for a fresh PyTorch process (a few hundred MiB).
+    "runtime_reserved_bytes": float(512 * MiB),
+}
+
+SAMPLING_PASSES = 4  # passes over one row of fp32 logits to sample: max, exp-sum, normalise, draw
+LOGIT_BYTES = 4  # logits are fp32
+DEFAULT_MAX_NUM_SEQS = 256  # vLLM's default max_num_seqs
+MIN_PROFILE_TOKENS = 2048  # vLLM profiles max(max_model_len, 2048) tokens by default
+
+TIMING_KEYS = ("overhead_s", "forward_s", "attention_s", "sampling_s", "copy_s", "swap_s")
+
+
+# -- model geometry -----------------------------------------------------------------------
+def _field(cfg, name: str, what: str):
+    value = getattr(cfg, name, None)
+    if value is None:
+        raise ValueError(f"{what} config: missing field {name!r}")
+    return value
+
+
+def _check_model(model) -> None:
+    family = _field(model, "family", "model")
+    if family not in FAMILIES:
+        raise ValueError(f"model.family must be one of {list(FAMILIES)}, got {family!r}")
+    dtype = _field(model, "dtype", "model")
+    if dtype not in DTYPE_BYTES:
+        raise ValueError(f"model.dtype must be one of {sorted(DTYPE_BYTES)}, got {dtype!r}")
+
+
+def linear_params_per_layer(model) -> int:
+    """Weights of one layer's matrix multiplications (biases and norms excluded)."""
+    h, hd = int(model.hidden_size), int(model.head_size)
+    q_dim, kv_dim = int(model.num_heads) * hd, int(model.num_kv_heads) * hd
+    attention = h * q_dim + 2 * h * kv_dim + q_dim * h
+    mlp_matrices = 2 if model.family == "opt" else 3  # fc1, fc2 | gate, up, down
+    return attention + mlp_matrices * h * int(model.intermediate_size)
+
+
+def count_params(model, tied_embeddings: bool | None = None) -> int:
+    """Exact parameter count of an OPT- or Llama-style model from its geometry.
+
+    OPT: learned positions (max_model_len + 2 rows, the offset of HF ``OPTLearnedPositional-
+    Embedding``), biases everywhere, LayerNorm with bias, lm_head tied. Llama, Mistral: no
+    biases, RMSNorm, lm_head untied. Qwen2: Llama plus Q/K/V biases. ``tied_embeddings`` (or
+    a ``tie_word_embeddings`` field in the config) overrides the family default, e.g. True
+    for SmolLM2.
+    """
+    _check_model(model)
+    if tied_embeddings is None:
+        tied_embeddings = getattr(model, "tie_word_embeddings", None)
+    if tied_embeddings is None:
+        tied_embeddings = model.family == "opt"
+    h, vocab, layers = int(model.hidden_size), int(model.vocab_size), int(model.num_layers)
+    q_dim = int(model.num_heads) * int(model.head_size)
+    kv_dim = int(model.num_kv_heads) * int(model.head_size)
+    ffn = int(model.intermediate_size)
+    per_layer = linear_params_per_layer(model)
+    if model.family == "opt":
+        per_layer += q_dim + 2 * kv_dim + h  # q, k, v, out_proj biases
+        per_layer += ffn + h  # fc1, fc2 biases
+        per_layer += 2 * 2 * h  # two LayerNorms, weight and bias
+        total = vocab * h + (int(model.max_model_len) + 2) * h + 2 * h  # + final LayerNorm
+    else:
+        if model.family == "qwen2":
+            per_layer += q_dim + 2 * kv_dim
+        per_layer += 2 * h  # two RMSNorms
+        total = vocab * h + h  # + final RMSNorm
+    total += layers * per_layer
+    if not tied_embeddings:
+        total += vocab * h
+    return total
+
+
+def num_params(model) -> int:
+    value = getattr(model, "num_params", None)
+    return int(value) if value is not None else count_params(model)
+
+
+def weight_bytes(model) -> int:
+    return num_params(model) * DTYPE_BYTES[model.dtype]
+
+
+def bytes_per_slot(model) -> int:
+    """K and V of one token, all layers (same as KVGeometry.bytes_per_slot)."""
+    return 2 * int(model.num_layers) * int(model.num_kv_heads) * int(model.head_size) * DTYPE_BYTES[model.dtype]
+
+
+def activation_bytes_per_gpu(
+    model, count: int = 1, max_num_batched_tokens: int | None = None, max_num_seqs: int = DEFAULT_MAX_NUM_SEQS
+) -> int:
+    """Peak live activations of a profiling forward (one layer at a time) plus fp32 logits.
+
+    Per token: residual, normed input and attention output (3 x hidden, replicated across
+    tensor-parallel ranks), the fused QKV output and the MLP's two intermediate tensors
+    (sharded).
+    """
+    if max_num_batched_tokens is None:
+        max_num_batched_tokens = max(int(model.max_model_len), MIN_PROFILE_TOKENS)
+    h, hd = int(model.hidden_size), int(model.head_size)
+    qkv = (int(model.num_heads) + 2 * int(model.num_kv_heads)) * hd
+    per_token = DTYPE_BYTES[model.dtype] * (3 * h + (qkv + 2 * int(model.intermediate_size)) / count)
+    logits = max_num_seqs * int(model.vocab_size) * LOGIT_BYTES
+    return int(max_num_batched_tokens * per_token + logits)
+
+
+def gpu_constant(gpu, name: str) -> float:
+    """A cost-model constant: the profile's override if it sets one, else DEFAULTS."""
+    value = getattr(gpu, name, None)
+    return float(DEFAULTS[name] if value is None else value)
+
+
+def gpu_count(gpu) -> int:
+    count = int(getattr(gpu, "count", None) or 1)
+    if count < 1:
+        raise ValueError(f"gpu.count must be an integer >= 1, got {count}")
+    return count
+
+
+def kv_cache_bytes(
+    model_cfg,
+    gpu_cfg,
+    utilization: float = 0.9,
+    max_num_batched_tokens: int | None = None,
+    max_num_seqs: int = DEFAULT_MAX_NUM_SEQS,
+) -> int:
+    """KV memory of all ``gpu.count`` GPUs together (see the module docstring)."""
+    _check_model(model_cfg)
+    if not 0.0 < utilization <= 1.0:
+        raise ValueError(f"utilization must be in (0, 1], got {utilization}")
+    count = gpu_count(gpu_cfg)
+    usable = count * float(_field(gpu_cfg, "memory_bytes", "gpu")) * utilization
+    weights = weight_bytes(model_cfg)
+    headroom = count * (
+        gpu_constant(gpu_cfg, "runtime_reserved_bytes")
+        + activation_bytes_per_gpu(model_cfg, count, max_num_batched_tokens, max_num_seqs)
+    )
+    kv = int(usable - weights - headroom)
+    if kv < bytes_per_slot(model_cfg):
+        raise ValueError(
+            f"model {getattr(model_cfg, 'name', '?')} does not fit on {count} x {getattr(gpu_cfg, 'name', '?')}: "
+            f"weights {weights / 1e9:.1f} GB + headroom {headroom / 1e9:.1f} GB > "
+            f"{usable / 1e9:.1f} GB usable at utilization {utilization}; raise gpu.count"
+        )
+    return kv
+
+
+# -- the step formula ---------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class CostParams:
+    """Everything the step formula needs, derived once from a model and a GPU profile.
+
+    Work quantities are for the whole model; ``step_time`` divides them by ``count``.
+    """
+
+    count: int
+    num_layers: int
+    hidden_bytes_per_token: int  # one token's hidden state (all-reduce payload)
+    dense_flops_per_token: float  # 2 * linear params
+    lm_head_flops_per_sample: float  # 2 * vocab * hidden
+    weight_read_bytes: float  # linear weights + lm_head, read once per step
+    attn_flops_per_pair: float  # 4 * num_heads * head_size * num_layers
+    bytes_per_slot: float  # K and V of one token, all layers
+    segments_per_block: float  # contiguous runs per block read: 2 * layers * kv heads
+    segments_per_copy_op: float  # 2 * layers
+    sample_cost_s: float  # per sampled token (not sharded)
+    flops_rate: float  # peak * eff_flops, one GPU
+    attn_flops_rate: float  # peak * eff_attn_flops, one GPU
+    mem_rate: float  # bw * eff_bw, one GPU
+    host_rate: float  # host_bw * eff_host, one GPU
+    interconnect_rate: float  # interconnect_bw * eff_interconnect, one GPU
+    gather_half_bytes: float
+    overhead_s: float
+    allreduce_latency_s: float
+    host_transfer_latency_s: float
+
+    @classmethod
+    def from_configs(cls, model, gpu) -> "CostParams":
+        _check_model(model)
+        for name in ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_size",
+                     "intermediate_size", "vocab_size"):
+            _field(model, name, "model")
+        for name in ("peak_flops", "mem_bandwidth", "host_bandwidth"):
+            _field(gpu, name, "gpu")
+        count = gpu_count(gpu)
+        dtype_bytes = DTYPE_BYTES[model.dtype]
+        layers, h, vocab = int(model.num_layers), int(model.hidden_size), int(model.vocab_size)
+        linear = layers * linear_params_per_layer(model)
+        # fp32 models run on CUDA cores (PyTorch leaves TF32 matmul off by default).
+        peak = float(gpu.peak_flops if dtype_bytes == 2 else _field(gpu, "peak_flops_fp32", "gpu"))
+        mem_rate = float(gpu.mem_bandwidth) * gpu_constant(gpu, "eff_bw")
+        interconnect = getattr(gpu, "interconnect_bandwidth", None) or gpu.host_bandwidth
+        return cls(
+            count=count,
+            num_layers=layers,
+            hidden_bytes_per_token=h * dtype_bytes,
+            dense_flops_per_token=2.0 * linear,
+            lm_head_flops_per_sample=2.0 * vocab * h,
+            weight_read_bytes=float((linear + vocab * h) * dtype_bytes),
+            attn_flops_per_pair=4.0 * int(model.num_heads) * int(model.head_size) * layers,
+            bytes_per_slot=float(bytes_per_slot(model)),
+            segments_per_block=2.0 * layers * int(model.num_kv_heads),
+            segments_per_copy_op=2.0 * layers,
+            sample_cost_s=gpu_constant(gpu, "sample_host_s") + SAMPLING_PASSES * vocab * LOGIT_BYTES / mem_rate,
+            flops_rate=peak * gpu_constant(gpu, "eff_flops"),
+            attn_flops_rate=peak * gpu_constant(gpu, "eff_attn_flops"),
+            mem_rate=mem_rate,
+            host_rate=float(gpu.host_bandwidth) * gpu_constant(gpu, "eff_host"),
+            interconnect_rate=float(interconnect) * gpu_constant(gpu, "eff_interconnect"),
+            gather_half_bytes=gpu_constant(gpu, "gather_half_bytes"),
+            overhead_s=gpu_constant(gpu, "step_overhead_s") + layers * gpu_constant(gpu, "layer_overhead_s"),
+            allreduce_latency_s=gpu_constant(gpu, "allreduce_latency_s"),
+            host_transfer_latency_s=gpu_constant(gpu, "host_transfer_latency_s"),
+        )
+
+
+@dataclass(slots=True)
+class StepSummary:
+    """What the formula needs from a step: counts only, no geometry."""
+
+    block_size: int
+    num_tokens: int = 0  # new tokens (K/V computed and written this step)
+    num_sampled: int = 0  # chunks with sample=True (one lm_head row each)
+    prefill_pairs: float = 0.0  # causal (query, key) pairs of chunks with more than one token
+    prefill_blocks: int = 0  # blocks read by those chunks
+    decode_pairs: float = 0.0  # = context lengths of one-token chunks
+    decode_blocks: int = 0
+    copy_slots: int = 0
+    copy_ops: int = 0
+    swap_slots: int = 0
+    swap_runs: int = 0  # runs of consecutive device slots over all swap ops
+
+
+def count_runs(slots) -> int:
+    """Maximal runs of consecutive integers in ``slots`` (taken in order)."""
+    if not slots:
+        return 0
+    runs, prev = 1, slots[0]
+    for s in slots[1:]:
+        if s != prev + 1:
+            runs += 1
+        prev = s
+    return runs
+
+
+def summarize(batch) -> StepSummary:
+    """Count a StepBatch's work in O(number of chunks + copy/swap ops)."""
+    bs = int(batch.block_size)
+    if bs < 1:
+        raise ValueError(f"block_size must be >= 1, got {bs}")
+    tokens = sampled = pre_blocks = dec_blocks = 0
+    pre_pairs = dec_pairs = 0
+    for c in batch.chunks:
+        q = len(c.token_ids)
+        ctx = c.start_pos + q
+        tokens += q
+        if c.sample:
+            sampled += 1
+        if q == 1:
+            dec_pairs += ctx
+            dec_blocks += -(-ctx // bs)
+        elif q:
+            pre_pairs += q * c.start_pos + q * (q + 1) // 2
+            pre_blocks += -(-ctx // bs)
+    s = StepSummary(bs, tokens, sampled, pre_pairs, pre_blocks, dec_pairs, dec_blocks)
+    if batch.copy_ops:
+        s.copy_ops = len(batch.copy_ops)
+        s.copy_slots = sum(op.length for op in batch.copy_ops)
+    for op in batch.swap_out:
+        s.swap_slots += len(op.slots)
+        s.swap_runs += count_runs(op.slots)
+    for op in batch.swap_in:
+        s.swap_slots += len(op.slots)
+        s.swap_runs += count_runs(op.slots)
+    return s
+
+
+def step_time(p: CostParams, s: StepSummary) -> dict[str, float]:
+    """Modelled time of one step, split by phase (``TIMING_KEYS``) plus ``duration_s`` and the
+    work counters behind it (whole model, all GPUs): ``dense_flops``, ``kv_read_bytes``,
+    ``copy_bytes``, ``swap_bytes``."""
+    n = p.count
+    tokens = s.num_tokens
+
+    dense_flops = tokens * p.dense_flops_per_token + s.num_sampled * p.lm_head_flops_per_sample
+    forward = 0.0
+    if tokens:
+        forward = max(dense_flops / n / p.flops_rate, p.weight_read_bytes / n / p.mem_rate)
+        if n > 1:  # two all-reduces of the hidden states per layer (Megatron-LM, Sec. 3)
+            payload = tokens * p.hidden_bytes_per_token
+            one = p.allreduce_latency_s + 2.0 * (n - 1) / n * payload / p.interconnect_rate
+            forward += 2 * p.num_layers * one
+
+    bs = s.block_size
+    gather_per_block = p.segments_per_block * p.gather_half_bytes
+    attention = 0.0
+    for pairs, blocks in ((s.prefill_pairs, s.prefill_blocks), (s.decode_pairs, s.decode_blocks)):
+        if blocks:
+            flops_t = pairs * p.attn_flops_per_pair / n / p.attn_flops_rate
+            bytes_t = blocks * (bs * p.bytes_per_slot + gather_per_block) / n / p.mem_rate
+            attention += flops_t if flops_t > bytes_t else bytes_t
+    attention += tokens * p.bytes_per_slot / n / p.mem_rate
+
+    sampling = s.num_sampled * p.sample_cost_s
+
+    copy = 0.0
+    if s.copy_ops:
+        moved = s.copy_slots * p.bytes_per_slot + s.copy_ops * p.segments_per_copy_op * p.gather_half_bytes
+        copy = 2.0 * moved / n / p.mem_rate
+
+    swap = 0.0
+    if s.swap_slots:
+        swap = (s.swap_slots * p.bytes_per_slot / n / p.host_rate
+                + s.swap_runs * p.segments_per_copy_op * p.host_transfer_latency_s)
+
+    overhead = p.overhead_s if (tokens or s.copy_ops or s.swap_slots) else 0.0
+    return {
+        "overhead_s": overhead,
+        "forward_s": forward,
+        "attention_s": attention,
+        "sampling_s": sampling,
+        "copy_s": copy,
+        "swap_s": swap,
+        "duration_s": overhead + forward + attention + sampling + copy + swap,
+        "dense_flops": dense_flops,
+        "kv_read_bytes": (s.prefill_blocks + s.decode_blocks) * bs * p.bytes_per_slot,
+        "copy_bytes": s.copy_slots * p.bytes_per_slot,
+        "swap_bytes": s.swap_slots * p.bytes_per_slot,
+    }
+
+
+def batch_time(model, gpu, batch) -> dict[str, float]:
+    """Convenience for one-off use: ``step_time`` of a StepBatch from configs."""
+    return step_time(CostParams.from_configs(model, gpu), summarize(batch))
+
+
+def describe(model, gpu) -> str:
+    """One line for logs: weight-read time per step and where the dense part turns compute bound."""
+    p = CostParams.from_configs(model, gpu)
+    weight_s = p.weight_read_bytes / p.count / p.mem_rate
+    ridge_tokens = weight_s * p.count * p.flops_rate / p.dense_flops_per_token
+    return (f"{getattr(model, 'name', '?')} on {p.count} x {getattr(gpu, 'name', '?')}: weights read in "
+            f"{weight_s * 1e3:.2f} ms per step; dense part compute bound above {math.ceil(ridge_tokens)} tokens per step")
