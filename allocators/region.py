@@ -288,7 +288,7 @@ class RegionAllocator(Allocator):
             "prefix_hits": None,
             "logical_slots": held,
             "physical_slots": held,
-            "allocated_slots": (self.num_blocks - self._free_block_count()) * self.block_size,
+            "allocated_slots": (self._usable_blocks - self._free_block_count()) * self.block_size,
             "live_sequences": len(self._seqs),
             "copy_ops": self._num_copy_ops,
             "copied_slots": self._copied_slots,

@@ -58,6 +58,63 @@ def _find_seq(query_start_loc_ptr, tile, num_seqs, BLOCK_Q: tl.constexpr):
 
 
 @triton.jit
+def _attend_kv_tile(
+    q,  # [BLOCK_M, HEAD_PAD] query tile
+    m_i, l_i,  # [BLOCK_M] running max and sum (log2 domain)
+    acc,  # [BLOCK_M, HEAD_PAD] float32 unnormalised output
+    kv_tile,  # index of the BLOCK_N-token tile of the context
+    kv_end,  # keys at positions >= kv_end are not read
+    q_pos,  # [BLOCK_M] position of each row's query token
+    block_table_row,  # this sequence's block-table row
+    k_head_ptr, v_head_ptr,  # cache base pointers advanced to this KV head
+    stride_kb, stride_ks, stride_vb, stride_vs,
+    scale_log2,
+    BLOCK_SIZE: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    HEAD_SIZE: tl.constexpr,
+    HEAD_PAD: tl.constexpr,
+    IEEE_DOT: tl.constexpr,
+):
+    """One online-softmax step over BLOCK_N keys; returns the updated (m_i, l_i, acc)."""
+    dims = tl.arange(0, HEAD_PAD)
+    dim_valid = dims < HEAD_SIZE
+    tile_start = kv_tile * BLOCK_N
+    pos = tile_start + tl.arange(0, BLOCK_N)  # [BLOCK_N] key positions
+    in_range = pos < kv_end
+    if BLOCK_SIZE % BLOCK_N == 0:
+        # the whole tile lies in one page: one block-table load, consecutive slots
+        block = tl.load(block_table_row + tile_start // BLOCK_SIZE).to(tl.int64)
+        offset = tile_start % BLOCK_SIZE + tl.arange(0, BLOCK_N)
+    else:
+        # gather token by token; masked positions never read the (possibly garbage) table tail
+        block = tl.load(block_table_row + pos // BLOCK_SIZE, mask=in_range, other=0).to(tl.int64)
+        offset = pos % BLOCK_SIZE
+    k_row = block * stride_kb + offset * stride_ks  # [BLOCK_N] int64
+    v_row = block * stride_vb + offset * stride_vs
+    k = tl.load(k_head_ptr + k_row[None, :] + dims[:, None],
+                mask=in_range[None, :] & dim_valid[:, None], other=0.0)  # [HEAD_PAD, BLOCK_N]
+    if IEEE_DOT:
+        s = tl.dot(q, k, input_precision="ieee")
+    else:
+        s = tl.dot(q, k)
+    s = s * scale_log2  # [BLOCK_M, BLOCK_N]
+    s = tl.where(pos[None, :] <= q_pos[:, None], s, float("-inf"))  # causal (and past the context end)
+
+    m_new = tl.maximum(m_i, tl.max(s, 1))
+    p = tl.exp2(s - m_new[:, None])  # [BLOCK_M, BLOCK_N]
+    alpha = tl.exp2(m_i - m_new)
+    l_i = l_i * alpha + tl.sum(p, 1)
+    acc = acc * alpha[:, None]
+    v = tl.load(v_head_ptr + v_row[:, None] + dims[None, :],
+                mask=in_range[:, None] & dim_valid[None, :], other=0.0)  # [BLOCK_N, HEAD_PAD]
+    if IEEE_DOT:
+        acc += tl.dot(p.to(v.dtype), v, input_precision="ieee")
+    else:
+        acc += tl.dot(p.to(v.dtype), v)
+    return m_new, l_i, acc
+
+
+@triton.jit
 def _paged_attention_kernel(
     out_ptr,  # [T, Hq, HEAD_SIZE], query dtype; written when not SPLIT
     part_out_ptr,  # [num_splits, T, Hq, HEAD_PAD] float32; written when SPLIT
@@ -86,6 +143,7 @@ def _paged_attention_kernel(
     BLOCK_N: tl.constexpr,  # KV tokens per loop step
     SPLIT: tl.constexpr,  # True: grid axis 2 indexes KV splits, write partials
     IEEE_DOT: tl.constexpr,  # float32 inputs: exact dot instead of tf32
+    INTERPRET: tl.constexpr,  # running under TRITON_INTERPRET=1
 ):
     tile = tl.program_id(0)
     kv_head = tl.program_id(1)
@@ -127,45 +185,23 @@ def _paged_attention_kernel(
     block_table_row = block_tables_ptr + seq.to(tl.int64) * stride_bt
     k_head_ptr = key_cache_ptr + kv_head.to(tl.int64) * stride_kh
     v_head_ptr = value_cache_ptr + kv_head.to(tl.int64) * stride_vh
-    offs_n = tl.arange(0, BLOCK_N)  # [BLOCK_N]
-    print("DBG", seq.handle.data.shape, q_start.handle.data.shape, kv_end.handle.data.shape, tile_lo.handle.data.shape, tile_hi.handle.data.shape)
-    for kv_tile in range(tile_lo, tile_hi):
-        tile_start = kv_tile * BLOCK_N
-        pos = tile_start + offs_n  # [BLOCK_N] key positions
-        in_range = pos < kv_end
-        if BLOCK_SIZE % BLOCK_N == 0:
-            # the whole tile lies in one page: one block-table load, contiguous slots
-            block = tl.load(block_table_row + tile_start // BLOCK_SIZE).to(tl.int64)
-            offset = tile_start % BLOCK_SIZE + offs_n
-            k_row = block * stride_kb + offset * stride_ks  # [BLOCK_N] int64
-            v_row = block * stride_vb + offset * stride_vs
-        else:
-            # gather token by token; masked positions never read the (possibly garbage) table tail
-            block = tl.load(block_table_row + pos // BLOCK_SIZE, mask=in_range, other=0).to(tl.int64)
-            offset = pos % BLOCK_SIZE
-            k_row = block * stride_kb + offset * stride_ks
-            v_row = block * stride_vb + offset * stride_vs
-        k = tl.load(k_head_ptr + k_row[None, :] + dims[:, None],
-                    mask=in_range[None, :] & dim_valid[:, None], other=0.0)  # [HEAD_PAD, BLOCK_N]
-        if IEEE_DOT:
-            s = tl.dot(q, k, input_precision="ieee")
-        else:
-            s = tl.dot(q, k)
-        s = s * scale_log2  # [BLOCK_M, BLOCK_N], log2 domain
-        s = tl.where(pos[None, :] <= q_pos[:, None], s, float("-inf"))  # causal (and past the context end)
-
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        p = tl.exp2(s - m_new[:, None])  # [BLOCK_M, BLOCK_N]
-        alpha = tl.exp2(m_i - m_new)
-        l_i = l_i * alpha + tl.sum(p, 1)
-        acc = acc * alpha[:, None]
-        v = tl.load(v_head_ptr + v_row[:, None] + dims[None, :],
-                    mask=in_range[:, None] & dim_valid[None, :], other=0.0)  # [BLOCK_N, HEAD_PAD]
-        if IEEE_DOT:
-            acc += tl.dot(p.to(v.dtype), v, input_precision="ieee")
-        else:
-            acc += tl.dot(p.to(v.dtype), v)
-        m_i = m_new
+    # The interpreter cannot take tensor loop bounds in range() (numpy >= 2.4 refuses int() of the
+    # 1-element arrays it uses for scalars), so it walks the same body in a while loop; the
+    # compiled kernel keeps the for loop, which Triton software-pipelines.
+    if INTERPRET:
+        kv_tile = tile_lo
+        while kv_tile < tile_hi:
+            m_i, l_i, acc = _attend_kv_tile(
+                q, m_i, l_i, acc, kv_tile, kv_end, q_pos, block_table_row, k_head_ptr, v_head_ptr,
+                stride_kb, stride_ks, stride_vb, stride_vs, scale_log2, BLOCK_SIZE, BLOCK_N, HEAD_SIZE, HEAD_PAD,
+                IEEE_DOT)
+            kv_tile += 1
+    else:
+        for kv_tile in range(tile_lo, tile_hi):
+            m_i, l_i, acc = _attend_kv_tile(
+                q, m_i, l_i, acc, kv_tile, kv_end, q_pos, block_table_row, k_head_ptr, v_head_ptr,
+                stride_kb, stride_ks, stride_vb, stride_vs, scale_log2, BLOCK_SIZE, BLOCK_N, HEAD_SIZE, HEAD_PAD,
+                IEEE_DOT)
 
     has_keys = l_i > 0.0  # false only for padding rows and for splits with no key in range
     l_safe = tl.where(has_keys, l_i, 1.0)
@@ -229,16 +265,22 @@ def head_pad(head_size: int) -> int:
 
 
 def pick_config(queries_per_kv: int, head_size: int, dtype: torch.dtype, decode_only: bool) -> AttentionConfig:
-    """Tile sizes: decode packs just the query heads of one KV head; prefill adds query tokens."""
+    """Tile sizes: decode packs just the query heads of one KV head; prefill adds query tokens.
+
+    Checked for sm_90 with ``python -m kernels.aot`` (no spills; shared memory well under the limit).
+    """
     pad = head_pad(head_size)
     group_rows = max(16, triton.next_power_of_2(queries_per_kv))
-    block_m = group_rows if decode_only else max(64, group_rows)
-    block_n = 64 if pad <= 128 else 32
     if dtype == torch.float32:
-        block_n = max(16, block_n // 2)  # same shared-memory footprint per stage as 16-bit
-    num_warps = 4 if block_m * pad <= 64 * 128 else 8
-    num_stages = 3 if decode_only else 2
-    return AttentionConfig(block_m, block_n, num_warps, num_stages)
+        # exact float32 dots run on CUDA cores, not tensor cores: small tiles keep registers in check
+        block_m = group_rows if decode_only else max(32, group_rows)
+        block_n = 32 if decode_only and pad <= 128 else 16
+        num_warps = 4 if block_m * pad <= 32 * 128 else 8
+    else:
+        block_m = group_rows if decode_only else max(64, group_rows)
+        block_n = 64 if pad <= 128 else 32
+        num_warps = 4 if block_m * pad <= 64 * 128 else 8
+    return AttentionConfig(block_m, block_n, num_warps, num_stages=3 if decode_only else 2)
 
 
 @functools.lru_cache(maxsize=None)
@@ -307,6 +349,14 @@ def _paged_attention(query, key_cache, value_cache, block_tables, context_lens, 
 
 def _launch(query, key_cache, value_cache, block_tables, context_lens, query_start_loc, scale, out,
             shape: AttentionShape, config: AttentionConfig, num_splits: int) -> None:
+    for kernel, grid, kwargs in launch_plan(query, key_cache, value_cache, block_tables, context_lens,
+                                            query_start_loc, scale, out, shape, config, num_splits):
+        kernel[grid](**kwargs)
+
+
+def launch_plan(query, key_cache, value_cache, block_tables, context_lens, query_start_loc, scale, out,
+                shape: AttentionShape, config: AttentionConfig, num_splits: int) -> list[tuple]:
+    """The (kernel, grid, keyword arguments) launches of one call, in order (also used by kernels.aot)."""
     group = shape.num_queries_per_kv
     block_m = max(config.block_m, triton.next_power_of_2(group))
     block_q = block_m // group
@@ -320,7 +370,7 @@ def _launch(query, key_cache, value_cache, block_tables, context_lens, query_sta
     else:
         part_out = part_lse = out  # unused placeholders
     grid = (shape.num_tokens // block_q + shape.num_seqs, shape.pool.num_kv_heads, num_splits)
-    _paged_attention_kernel[grid](
+    launches = [(_paged_attention_kernel, grid, dict(
         out_ptr=out,
         part_out_ptr=part_out,
         part_lse_ptr=part_lse,
@@ -348,11 +398,12 @@ def _launch(query, key_cache, value_cache, block_tables, context_lens, query_sta
         BLOCK_N=config.block_n,
         SPLIT=split,
         IEEE_DOT=query.dtype == torch.float32,
+        INTERPRET=INTERPRETED,
         num_warps=config.num_warps,
         num_stages=config.num_stages,
-    )
+    ))]
     if split:
-        _reduce_splits_kernel[(shape.num_tokens, shape.num_heads)](
+        launches.append((_reduce_splits_kernel, (shape.num_tokens, shape.num_heads), dict(
             out_ptr=out,
             part_out_ptr=part_out,
             part_lse_ptr=part_lse,
@@ -364,4 +415,5 @@ def _launch(query, key_cache, value_cache, block_tables, context_lens, query_sta
             HEAD_PAD=pad,
             SPLITS_PAD=max(2, triton.next_power_of_2(num_splits)),
             num_warps=4,
-        )
+        )))
+    return launches

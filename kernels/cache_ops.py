@@ -89,16 +89,21 @@ def store_kv(key, value, key_cache, value_cache, slot_mapping):
     _check_device(key_cache)
     if key.shape[0] == 0:
         return
+    kernel, grid, kwargs = store_kv_launch(key, value, key_cache, value_cache, slot_mapping, pool)
     with device_guard(key_cache):
-        _store_kv_kernel[(key.shape[0],)](
-            key_ptr=key, value_ptr=value, key_cache_ptr=key_cache, value_cache_ptr=value_cache,
-            slot_mapping_ptr=slot_mapping,
-            stride_kt=key.stride(0), stride_kh=key.stride(1),
-            stride_vt=value.stride(0), stride_vh=value.stride(1),
-            stride_kcb=key_cache.stride(0), stride_kcs=key_cache.stride(1), stride_kch=key_cache.stride(2),
-            stride_vcb=value_cache.stride(0), stride_vcs=value_cache.stride(1), stride_vch=value_cache.stride(2),
-            **_row_meta(pool),
-        )
+        kernel[grid](**kwargs)
+
+
+def store_kv_launch(key, value, key_cache, value_cache, slot_mapping, pool) -> tuple:
+    return _store_kv_kernel, (key.shape[0],), dict(
+        key_ptr=key, value_ptr=value, key_cache_ptr=key_cache, value_cache_ptr=value_cache,
+        slot_mapping_ptr=slot_mapping,
+        stride_kt=key.stride(0), stride_kh=key.stride(1),
+        stride_vt=value.stride(0), stride_vh=value.stride(1),
+        stride_kcb=key_cache.stride(0), stride_kcs=key_cache.stride(1), stride_kch=key_cache.stride(2),
+        stride_vcb=value_cache.stride(0), stride_vcs=value_cache.stride(1), stride_vch=value_cache.stride(2),
+        **_row_meta(pool),
+    )
 
 
 def copy_slots(key_cache, value_cache, src_slots, dst_slots):
@@ -109,11 +114,16 @@ def copy_slots(key_cache, value_cache, src_slots, dst_slots):
     _check_device(key_cache)
     if src_slots.shape[0] == 0:
         return
+    kernel, grid, kwargs = copy_slots_launch(key_cache, value_cache, src_slots, dst_slots, pool)
     with device_guard(key_cache):
-        _copy_slots_kernel[(src_slots.shape[0],)](
-            key_cache_ptr=key_cache, value_cache_ptr=value_cache,
-            src_slots_ptr=src_slots, dst_slots_ptr=dst_slots,
-            stride_kcb=key_cache.stride(0), stride_kcs=key_cache.stride(1), stride_kch=key_cache.stride(2),
-            stride_vcb=value_cache.stride(0), stride_vcs=value_cache.stride(1), stride_vch=value_cache.stride(2),
-            **_row_meta(pool),
-        )
+        kernel[grid](**kwargs)
+
+
+def copy_slots_launch(key_cache, value_cache, src_slots, dst_slots, pool) -> tuple:
+    return _copy_slots_kernel, (src_slots.shape[0],), dict(
+        key_cache_ptr=key_cache, value_cache_ptr=value_cache,
+        src_slots_ptr=src_slots, dst_slots_ptr=dst_slots,
+        stride_kcb=key_cache.stride(0), stride_kcs=key_cache.stride(1), stride_kch=key_cache.stride(2),
+        stride_vcb=value_cache.stride(0), stride_vcs=value_cache.stride(1), stride_vch=value_cache.stride(2),
+        **_row_meta(pool),
+    )

@@ -61,17 +61,28 @@ def _kv_bytes(cfg: DictConfig) -> tuple[int, str, str | None]:
     return kv, device, None
 
 
+def _allocator(cfg: DictConfig, geometry: KVGeometry, kv_bytes: int):
+    """The run's pool size in slots (a whole number of blocks) and its allocator."""
+    block_size = cfg.allocator.get("block_size") or 1
+    num_slots = geometry.slots_for(kv_bytes)
+    if isinstance(block_size, int) and block_size > 0:
+        num_slots = num_slots // block_size * block_size
+    knobs = {k: v for k, v in OmegaConf.to_container(cfg.allocator).items() if k != "name" and v is not None}
+    if cfg.allocator.name in ("contiguous", "buddy"):
+        knobs.setdefault("max_model_len", int(cfg.model.max_model_len))
+    try:
+        allocator = build_allocator(cfg.allocator.name, num_slots, debug=bool(cfg.engine.debug), **knobs)
+    except AllocatorError as exc:
+        raise ConfigError(f"allocator ({cfg.allocator.name}): {exc}") from None
+    return num_slots, allocator
+
+
 def prepare(cfg: DictConfig) -> Prepared:
     """Everything a run needs, built and checked; raises a kvbench error on bad input."""
     validate(cfg)
     geometry = KVGeometry.from_model_cfg(cfg.model)
     kv_bytes, device, gpu_profile = _kv_bytes(cfg)
-    block_size = int(cfg.allocator.get("block_size") or 1)
-    num_slots = geometry.slots_for(kv_bytes) // block_size * block_size
-    knobs = {k: v for k, v in OmegaConf.to_container(cfg.allocator).items() if k != "name" and v is not None}
-    if cfg.allocator.name in ("contiguous", "buddy"):
-        knobs.setdefault("max_model_len", int(cfg.model.max_model_len))
-    allocator = build_allocator(cfg.allocator.name, num_slots, debug=bool(cfg.engine.debug), **knobs)
+    num_slots, allocator = _allocator(cfg, geometry, kv_bytes)
     from kvbench.workloads import build_workload
 
     workload = build_workload(cfg.workload, vocab_size=int(cfg.model.vocab_size),
@@ -239,13 +250,16 @@ def precheck(argv: list[str]) -> str | None:
                 cfg = compose(config_name="config", overrides=[o for o in job if not o.startswith("hydra")])
                 validate(cfg)
                 if cfg.backend.name == "sim":
-                    _kv_bytes(cfg)
+                    _allocator(cfg, KVGeometry.from_model_cfg(cfg.model), _kv_bytes(cfg)[0])
     except ConfigError as exc:
         return str(exc)
     except (HydraException, ValueError) as exc:
         lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip() and not ln.startswith("To append")]
         cause = exc.__cause__
-        msg = lines[0] if lines else type(exc).__name__
+        msg = lines[0].rstrip(".") if lines else type(exc).__name__
+        if len(lines) > 1 and lines[1].startswith("Available options"):
+            options = [ln for ln in lines[2:] if not ln.startswith(("Config search path", "provider="))]
+            msg += f"; {lines[1].rstrip(':').lower()}: {', '.join(options)}"
         if cause is not None and str(cause).splitlines():
             msg += ": " + str(cause).splitlines()[0]
         return msg

@@ -15,6 +15,7 @@ import argparse
 import json
 import os
 import sys
+import warnings
 from collections.abc import Sequence
 
 from kvbench.loggers.base import RATE_PREFIX, STEP_METRIC, STEP_PREFIX
@@ -31,8 +32,10 @@ def _label(column: str) -> str:
 
 def build_workspace(entity: str, project: str = "kvbench", name: str = DEFAULT_NAME):
     """The comparison workspace (``wandb_workspaces.workspaces.Workspace``), not saved."""
-    import wandb_workspaces.reports.v2 as wr
-    import wandb_workspaces.workspaces as ws
+    with warnings.catch_warnings():  # its pydantic v1-style validators warn on import
+        warnings.simplefilter("ignore", DeprecationWarning)
+        import wandb_workspaces.reports.v2 as wr
+        import wandb_workspaces.workspaces as ws
 
     by_allocator = wr.Config(GROUP_KEY)
 

@@ -55,6 +55,12 @@ MEM_COLUMNS: tuple[str, ...] = (
     "mem_token_frac", "mem_reserved_frac", "mem_internal_frac", "mem_external_frac",
 )  # fmt: skip
 
+# Integer columns: read back as nullable Int64 so a null does not turn them into floats.
+INTEGER_COLUMNS: tuple[str, ...] = (
+    "block_size", "num_requests", "kv_slots", "kv_bytes", "seed", "max_batch_size",
+    "num_preemptions", "num_finished", "num_rejected",
+)  # fmt: skip
+
 DEFAULT_INDEX = Path("results/index.jsonl")
 SUMMARY_FILE = "summary.json"
 STEPS_FILE = "steps.parquet"
@@ -74,8 +80,10 @@ def clean_summary(summary: Mapping[str, object]) -> dict[str, object]:
     """Return the summary as a JSON-safe flat row: design columns first, in order, then extras.
 
     Missing design columns become None (null), never 0. numpy scalars become Python scalars;
-    NaN and infinities become None (JSON has no NaN). Anything else that is not None, bool,
-    int, float or str (a list, a dict, an object) raises TypeError naming the key.
+    any other value that is not None, bool, int, float or str (a list, a dict, a timestamp)
+    raises TypeError naming the key. NaN becomes None; an infinity stays (a burst workload's
+    request_rate is inf) and is written as ``Infinity``, the JSON extension that Python's json
+    and pandas read back.
     """
     for key in summary:
         if not isinstance(key, str):
@@ -98,7 +106,7 @@ def _clean_value(key: str, value: object) -> object:
         return int(value)
     if isinstance(value, numbers.Real):
         value = float(value)
-        return value if math.isfinite(value) else None
+        return None if math.isnan(value) else value
     if isinstance(value, str):  # np.str_ after .item()
         return value
     if value is pd.NA or value is pd.NaT:
@@ -133,7 +141,7 @@ def write_run(
     run_dir.mkdir(parents=True, exist_ok=True)
     _atomic_write(run_dir / STEPS_FILE, lambda f: steps.to_parquet(f, index=False))
     _atomic_write(run_dir / REQUESTS_FILE, lambda f: requests.to_parquet(f, index=False))
-    text = json.dumps(row, indent=1, allow_nan=False) + "\n"
+    text = json.dumps(row, indent=1) + "\n"
     _atomic_write(run_dir / SUMMARY_FILE, lambda f: f.write(text.encode()))
 
     index_path = Path(index_path)
@@ -174,7 +182,7 @@ def append_index_row(index_path: str | os.PathLike, row: Mapping[str, object]) -
     """
     index_path = Path(index_path)
     index_path.parent.mkdir(parents=True, exist_ok=True)
-    line = (json.dumps(dict(row), allow_nan=False) + "\n").encode()
+    line = (json.dumps(dict(row)) + "\n").encode()
     lock_path = index_path.with_name(index_path.name + ".lock")
     with open(lock_path, "a") as lock:
         fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
@@ -197,6 +205,8 @@ def append_index_row(index_path: str | os.PathLike, row: Mapping[str, object]) -
 
 def load_index(path: str | os.PathLike = DEFAULT_INDEX, dedupe: bool = True) -> pd.DataFrame:
     """Read the index as one row per run, SUMMARY_COLUMNS first, then run_dir and extras.
+
+    Integer columns (INTEGER_COLUMNS) come back as nullable ``Int64``; others as pandas infers.
 
     With ``dedupe`` a run_id that appears more than once keeps its last row. Lines that are
     not JSON objects are skipped: silently for the last line (a write cut short), with a
@@ -225,6 +235,11 @@ def load_index(path: str | os.PathLike = DEFAULT_INDEX, dedupe: bool = True) -> 
     fixed = [*SUMMARY_COLUMNS, RUN_DIR_COLUMN]
     columns = fixed + [k for k in extras if k not in fixed]
     df = pd.DataFrame.from_records(rows, columns=columns)
+    for col in INTEGER_COLUMNS:
+        try:
+            df[col] = df[col].astype("Int64")
+        except (TypeError, ValueError):  # a non-integer value: leave the column as it is
+            pass
     if dedupe and len(df):
         df = df.drop_duplicates("run_id", keep="last").reset_index(drop=True)
     return df
@@ -346,7 +361,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.format == "markdown":
             blocks.append(f"### {name}\n\n{_markdown(group)}")
         else:
-            blocks.append(f"== {name} ==\n{group.to_string(index=False)}")
+            cells = group.map(lambda v: _format_cell(v) or "-")
+            blocks.append(f"== {name} ==\n{cells.to_string(index=False)}")
     print("\n\n".join(blocks))
     return 0
 

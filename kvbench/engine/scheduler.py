@@ -34,6 +34,9 @@ class SchedulerConfig:
 
 @dataclass(slots=True)
 class _PendingFork:
+    """A sample or beam to fork from ``parent`` before it grows again: the parent's tokens with
+    its last (just sampled, not yet computed) token replaced by ``token``."""
+
     parent: Seq
     token: int
     cum_logprob: float
@@ -180,7 +183,7 @@ class Scheduler:
             if not self.allocator.fork(fork.parent.seq_id, child_id, self._kv_final_len(group)):
                 raise _OutOfMemory
             forks.pop(0)
-            child = Seq(child_id, fork.parent.tokens[: fork.parent.num_computed] + [fork.token],
+            child = Seq(child_id, fork.parent.tokens[:-1] + [fork.token],
                         num_computed=fork.parent.num_computed, num_generated=fork.parent.num_generated,
                         sample_index=len(group.seqs), cum_logprob=fork.cum_logprob)
             group.seqs.append(child)
@@ -237,7 +240,6 @@ class Scheduler:
         self._preempted_now = True
         self.num_preemptions += 1
         group.num_preemptions += 1
-        self._materialize_forks(group)
         held = sum(s.num_computed for s in group.seqs)
         if self.cfg.preemption == "swap" and self.host_used + held <= self.cfg.swap_slots:
             for seq in group.seqs:
@@ -255,6 +257,7 @@ class Scheduler:
                 seq.num_computed = 0
             group.status = GroupStatus.WAITING
             self.waiting.appendleft(group)
+        self._materialize_forks(group)
         if self._on_preempt is not None:
             self._on_preempt(group)
 
@@ -262,7 +265,7 @@ class Scheduler:
         """Forks not made yet become sequences of their own, to be recomputed."""
         for fork in self._pending_forks.pop(group.request_id, []):
             parent = fork.parent
-            group.seqs.append(Seq(self.new_seq_id(), parent.tokens[: parent.num_computed] + [fork.token],
+            group.seqs.append(Seq(self.new_seq_id(), parent.tokens[:-1] + [fork.token],
                                   num_generated=parent.num_generated, sample_index=len(group.seqs),
                                   cum_logprob=fork.cum_logprob))
 

@@ -185,7 +185,7 @@ class WandbLogger(Logger):
         identity = {k: values[k] for k in IDENTITY_COLUMNS if k in values}
         self.run.config.update(identity, allow_val_change=True)
         rate = _scalar(values.get("request_rate"))
-        if rate is not None and not (isinstance(rate, float) and math.isnan(rate)):
+        if rate is not None and math.isfinite(rate):  # a burst (rate inf) has no point
             point = {RATE_PREFIX + "request_rate": rate}
             for key in RATE_METRICS:
                 number = _scalar(values.get(key))

@@ -26,7 +26,9 @@ FFN columns) and all-reduces are added.
         segments_per_block = 2 * num_layers * num_kv_heads: one contiguous run of
                   block_size * head_size * dtype_bytes bytes per (layer, K|V, KV head), as in
                   vLLM's paged cache layout
-    sampling  = num_sampled * (sample_host_s + SAMPLING_PASSES * vocab * 4 / (bw * eff_bw))
+    sampling  = num_draws * (sample_host_s + SAMPLING_PASSES * vocab * 4 / (bw * eff_bw))
+        num_draws = tokens drawn (num_samples of each sampled chunk: parallel sampling draws
+                    several from one logits row)
     copy      = 2 * (copy_slots * bytes_per_slot + num_copy_ops * 2 * num_layers
                      * gather_half_bytes) / (bw * eff_bw)                    (read + write)
     swap      = swap_slots * bytes_per_slot / (host_bw * eff_host)
@@ -48,6 +50,16 @@ applies to in-pool copies (one run per copy op, layer and K|V). Swaps over PCIe 
 per-transfer latency instead (Kwon et al. Sec. 7.3, Fig. 19a: swapping is inefficient with
 small blocks because of the many small PCIe transfers).
 
+The granularity is ``StepBatch.block_size``, whatever the strategy: contiguous and buddy
+strategies hand over their alignment block (16 by default), so they read whole 16-token
+blocks too; their advantage is not here but in copies and swaps of long contiguous runs.
+``peak`` is the fp16/bf16 tensor peak, or ``peak_flops_fp32`` for float32 models. An empty
+step (nothing to compute, copy or swap) costs 0.
+
+Not modelled: activation traffic of the dense layers, embedding gathers, norms and rotary
+embeddings, overlap between phases (they add up), and KV head replication when
+``count`` exceeds ``num_kv_heads``.
+
 KV memory (``kv_cache_bytes``): as vLLM's profiler does,
 
     kv = n * memory_bytes * utilization - weight_bytes - n * (runtime_reserved_bytes
@@ -67,10 +79,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from kvbench.geometry import DTYPE_BYTES
+from kvbench.geometry import DTYPE_BYTES, KVGeometry
 
 MiB = 1 << 20
-GiB = 1 << 30
 
 FAMILIES = ("opt", "llama", "mistral", "qwen2")
 
@@ -196,8 +207,8 @@ def weight_bytes(model) -> int:
 
 
 def bytes_per_slot(model) -> int:
-    """K and V of one token, all layers (same as KVGeometry.bytes_per_slot)."""
-    return 2 * int(model.num_layers) * int(model.num_kv_heads) * int(model.head_size) * DTYPE_BYTES[model.dtype]
+    """K and V of one token, all layers."""
+    return KVGeometry.from_model_cfg(model).bytes_per_slot
 
 
 def activation_bytes_per_gpu(
@@ -252,7 +263,8 @@ def kv_cache_bytes(
     kv = int(usable - weights - headroom)
     if kv < bytes_per_slot(model_cfg):
         raise ValueError(
-            f"model {getattr(model_cfg, 'name', '?')} does not fit on {count} x {getattr(gpu_cfg, 'name', '?')}: "
+            f"model {getattr(model_cfg, 'name', '?')} does not fit on "
+            f"{count} x {getattr(gpu_cfg, 'name', '?')}: "
             f"weights {weights / 1e9:.1f} GB + headroom {headroom / 1e9:.1f} GB > "
             f"{usable / 1e9:.1f} GB usable at utilization {utilization}; raise gpu.count"
         )
@@ -277,7 +289,7 @@ class CostParams:
     bytes_per_slot: float  # K and V of one token, all layers
     segments_per_block: float  # contiguous runs per block read: 2 * layers * kv heads
     segments_per_copy_op: float  # 2 * layers
-    sample_cost_s: float  # per sampled token (not sharded)
+    sample_cost_s: float  # per drawn token (not sharded)
     flops_rate: float  # peak * eff_flops, one GPU
     attn_flops_rate: float  # peak * eff_attn_flops, one GPU
     mem_rate: float  # bw * eff_bw, one GPU
@@ -315,7 +327,8 @@ class CostParams:
             bytes_per_slot=float(bytes_per_slot(model)),
             segments_per_block=2.0 * layers * int(model.num_kv_heads),
             segments_per_copy_op=2.0 * layers,
-            sample_cost_s=gpu_constant(gpu, "sample_host_s") + SAMPLING_PASSES * vocab * LOGIT_BYTES / mem_rate,
+            sample_cost_s=(gpu_constant(gpu, "sample_host_s")
+                           + SAMPLING_PASSES * vocab * LOGIT_BYTES / mem_rate),
             flops_rate=peak * gpu_constant(gpu, "eff_flops"),
             attn_flops_rate=peak * gpu_constant(gpu, "eff_attn_flops"),
             mem_rate=mem_rate,
@@ -335,6 +348,7 @@ class StepSummary:
     block_size: int
     num_tokens: int = 0  # new tokens (K/V computed and written this step)
     num_sampled: int = 0  # chunks with sample=True (one lm_head row each)
+    num_draws: int = 0  # tokens drawn from those rows (num_samples each)
     prefill_pairs: float = 0.0  # causal (query, key) pairs of chunks with more than one token
     prefill_blocks: int = 0  # blocks read by those chunks
     decode_pairs: float = 0.0  # = context lengths of one-token chunks
@@ -362,7 +376,7 @@ def summarize(batch) -> StepSummary:
     bs = int(batch.block_size)
     if bs < 1:
         raise ValueError(f"block_size must be >= 1, got {bs}")
-    tokens = sampled = pre_blocks = dec_blocks = 0
+    tokens = sampled = draws = pre_blocks = dec_blocks = 0
     pre_pairs = dec_pairs = 0
     for c in batch.chunks:
         q = len(c.token_ids)
@@ -370,13 +384,14 @@ def summarize(batch) -> StepSummary:
         tokens += q
         if c.sample:
             sampled += 1
+            draws += c.num_samples
         if q == 1:
             dec_pairs += ctx
             dec_blocks += -(-ctx // bs)
         elif q:
             pre_pairs += q * c.start_pos + q * (q + 1) // 2
             pre_blocks += -(-ctx // bs)
-    s = StepSummary(bs, tokens, sampled, pre_pairs, pre_blocks, dec_pairs, dec_blocks)
+    s = StepSummary(bs, tokens, sampled, draws, pre_pairs, pre_blocks, dec_pairs, dec_blocks)
     if batch.copy_ops:
         s.copy_ops = len(batch.copy_ops)
         s.copy_slots = sum(op.length for op in batch.copy_ops)
@@ -415,7 +430,7 @@ def step_time(p: CostParams, s: StepSummary) -> dict[str, float]:
             attention += flops_t if flops_t > bytes_t else bytes_t
     attention += tokens * p.bytes_per_slot / n / p.mem_rate
 
-    sampling = s.num_sampled * p.sample_cost_s
+    sampling = s.num_draws * p.sample_cost_s
 
     copy = 0.0
     if s.copy_ops:
@@ -453,5 +468,6 @@ def describe(model, gpu) -> str:
     p = CostParams.from_configs(model, gpu)
     weight_s = p.weight_read_bytes / p.count / p.mem_rate
     ridge_tokens = weight_s * p.count * p.flops_rate / p.dense_flops_per_token
-    return (f"{getattr(model, 'name', '?')} on {p.count} x {getattr(gpu, 'name', '?')}: weights read in "
-            f"{weight_s * 1e3:.2f} ms per step; dense part compute bound above {math.ceil(ridge_tokens)} tokens per step")
+    return (f"{getattr(model, 'name', '?')} on {p.count} x {getattr(gpu, 'name', '?')}: "
+            f"weights read in {weight_s * 1e3:.2f} ms per step; "
+            f"dense part compute bound above {math.ceil(ridge_tokens)} tokens per step")

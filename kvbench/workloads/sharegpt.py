@@ -92,9 +92,9 @@ def build_sharegpt(knobs: Knobs, common: CommonKnobs, count: int, limits: ModelL
     if path is not None and source == "table":
         raise knobs.fail("source", "cannot be 'table' when workload.path is set", source)
 
-    if source == "auto":
-        have_file = path is not None or packaged_dataset() is not None
-        source = "dataset" if have_file and limits.tokenizer_name is not None else "table"
+    if source == "auto":  # a given path always means that file; the package's copy needs a tokenizer
+        usable = path is not None or (limits.tokenizer_name is not None and packaged_dataset() is not None)
+        source = "dataset" if usable else "table"
     if source == "table":
         if real:
             raise knobs.fail("real_prompts", "needs the ShareGPT file and a tokenizer; the lengths table has no text "

@@ -67,6 +67,7 @@ def _save_atomic(path: Path, **arrays: np.ndarray) -> None:
             np.savez(f, **arrays)
             f.flush()
             os.fsync(f.fileno())
+        tmp.chmod(0o644)  # NamedTemporaryFile makes 0600; the cache is as readable as any cache
         os.replace(tmp, path)
     except OSError as exc:  # a read-only cache dir costs time on the next run, never the run itself
         log.warning("could not write the token cache %s: %s", path, exc)

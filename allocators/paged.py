@@ -1,0 +1,362 @@
+"""Paged allocation: fixed-size blocks from a free list, a block table per sequence.
+
+Blocks are allocated on demand: ``admit`` takes blocks for the whole prompt, ``grow`` takes a
+new block when a token lands past the last one. ``fork`` shares every block of the parent
+(reference counts) and never needs memory. Copy-on-write: before a grow writes into a block
+that is shared (ref > 1), the writer takes a fresh block, queues
+``CopyOp(src=old block's first slot, dst=new block's first slot, length=tokens of that block
+it already computed)`` (no op when that is 0) and drops one reference on the old block. A
+full shared block is never written, so it is never copied.
+
+Free list: a deque; allocation pops from the front, ``free`` pushes the sequence's blocks
+to the back in reverse table order (tail block first), so the least recently freed block is
+reused first.
+
+Invariants (check_invariants):
+  * ``ref[b]`` equals the number of block-table entries naming ``b``; ``ref[b] >= 0``;
+  * a block is in the free list (exactly once) iff ``ref[b] == 0``; free + used == num_blocks;
+  * a sequence holds exactly ``ceil(max(num_tokens, prompt_len) / block_size)`` blocks, none twice;
+  * a shared block is frozen: every owner has computed the same number of its slots (any
+    write into a shared block copies it first). ``usage`` relies on this.
+
+Usage convention for a shared block: its computed slots count once as ``token``; an empty
+slot counts as ``reserved`` when any owner's final length reaches its position (the owner
+that ends up alone on the block may fill it), else ``internal``.
+"""
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from allocators.base import (
+    Admission,
+    Allocator,
+    AllocatorError,
+    CopyOp,
+    Fit,
+    MemoryUsage,
+    ceil_div,
+    check_block_size,
+    check_length,
+)
+
+
+@dataclass(slots=True)
+class _PagedSeq:
+    table: list[int]  # block ids in token order
+    num_tokens: int  # computed tokens
+    prompt_len: int
+    max_len: int
+
+
+class PagedAllocator(Allocator):
+    """Fixed-size blocks on demand, shared on fork, copy-on-write; ``block_size`` a power of two."""
+
+    name = "paged"
+    _tracks_ids = False  # True: grow calls _note_ids (the prefix-caching subclass)
+
+    def __init__(self, num_slots: int, block_size: int = 16, debug: bool = False) -> None:
+        self.block_size = check_block_size(block_size, num_slots)
+        self.num_slots = num_slots
+        self.debug = bool(debug)
+        self.num_blocks = num_slots // block_size
+        self._shift = block_size.bit_length() - 1
+        self._mask = block_size - 1
+        self._ref = [0] * self.num_blocks
+        self._init_free_list()
+        self._seqs: dict[int, _PagedSeq] = {}
+        self._copy_ops: list[CopyOp] = []
+        self._num_copy_ops = 0
+        self._copied_slots = 0
+
+    # -- free list (overridden by the prefix-caching subclass) --------------------------------
+    def _init_free_list(self) -> None:
+        self._free: deque[int] = deque(range(self.num_blocks))
+
+    def _take_block(self) -> int:
+        """Pop the next free block (the caller has checked one exists)."""
+        return self._free.popleft()
+
+    def _release_blocks(self, blocks: list[int]) -> None:
+        """Blocks whose last reference was just dropped, tail block first."""
+        self._free.extend(blocks)
+
+    def _num_free(self) -> int:
+        return len(self._free)
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def _refuse(self, seq_id: int, prompt: Sequence[int], max_len: int, final_len: int | None) -> Admission | None:
+        """Checks shared by every paged admit: a refusal, None when the prompt may fit."""
+        if seq_id in self._seqs:
+            raise AllocatorError(f"sequence {seq_id} is already live")
+        check_length("max_len", max_len, 1)
+        if final_len is not None:
+            check_length("final_len", final_len)
+        if len(prompt) > max_len:
+            return Admission(Fit.NEVER, f"prompt of {len(prompt)} tokens is longer than max_len={max_len}")
+        need = ceil_div(len(prompt), self.block_size)
+        if need > self.num_blocks:
+            return Admission(Fit.NEVER, f"prompt needs {need} blocks; the pool has {self.num_blocks}")
+        return None
+
+    def admit(self, seq_id: int, prompt: Sequence[int], max_len: int, final_len: int | None = None) -> Admission:
+        refusal = self._refuse(seq_id, prompt, max_len, final_len)
+        if refusal is not None:
+            return refusal
+        need = ceil_div(len(prompt), self.block_size)
+        if need > self._num_free():
+            return Admission(Fit.LATER, f"prompt needs {need} blocks; {self._num_free()} free")
+        self._seqs[seq_id] = _PagedSeq(self._take_fresh(need), 0, len(prompt), max_len)
+        if self.debug:
+            self.check_invariants()
+        return Admission(Fit.OK)
+
+    def _take_fresh(self, count: int) -> list[int]:
+        blocks = [self._take_block() for _ in range(count)]
+        ref = self._ref
+        for b in blocks:
+            ref[b] = 1
+        return blocks
+
+    def _copy_on_write(self, seq: _PagedSeq, index: int) -> int:
+        """Give ``seq`` a private copy of its shared block ``index``; the new block id."""
+        old = seq.table[index]
+        new = self._take_block()
+        self._ref[new] = 1
+        self._ref[old] -= 1
+        seq.table[index] = new
+        held = seq.num_tokens - (index << self._shift)
+        if held > 0:
+            held = min(held, self.block_size)
+            self._copy_ops.append(CopyOp(old << self._shift, new << self._shift, held))
+            self._num_copy_ops += 1
+            self._copied_slots += held
+        return new
+
+    def grow(self, seq_id: int, num_tokens: int, token_ids: Sequence[int] | None = None) -> list[int] | None:
+        seq = self._seqs.get(seq_id)
+        if seq is None:
+            raise AllocatorError(f"unknown sequence {seq_id}")
+        if num_tokens.__class__ is not int or num_tokens < 0:
+            check_length("num_tokens", num_tokens)
+        if token_ids is not None and len(token_ids) != num_tokens:
+            raise AllocatorError(f"token_ids has {len(token_ids)} ids for {num_tokens} tokens")
+        t = seq.num_tokens
+        end = t + num_tokens
+        if end > seq.max_len:
+            raise AllocatorError(f"sequence {seq_id} would grow to {end} tokens, past max_len={seq.max_len}")
+        table = seq.table
+        shift = self._shift
+        if num_tokens == 1:  # the decode hot path
+            index = t >> shift
+            if index < len(table):
+                block = table[index]
+                if self._ref[block] > 1:
+                    if not self._num_free():
+                        return None
+                    block = self._copy_on_write(seq, index)
+            else:
+                if not self._num_free():
+                    return None
+                block = self._take_block()
+                self._ref[block] = 1
+                table.append(block)
+            seq.num_tokens = end
+            if self._tracks_ids:
+                self._note_ids(seq, 1, token_ids)
+            if self.debug:
+                self.check_invariants()
+            return [(block << shift) | (t & self._mask)]
+        if num_tokens == 0:
+            return []
+        first, last = t >> shift, (end - 1) >> shift
+        ref = self._ref
+        shared = [i for i in range(first, min(last + 1, len(table))) if ref[table[i]] > 1]
+        new_blocks = max(0, last + 1 - len(table))
+        if len(shared) + new_blocks > self._num_free():
+            return None
+        for index in shared:
+            self._copy_on_write(seq, index)
+        if new_blocks:
+            table.extend(self._take_fresh(new_blocks))
+        seq.num_tokens = end
+        slots: list[int] = []
+        pos = t
+        while pos < end:
+            index = pos >> shift
+            stop = min(end, (index + 1) << shift)
+            base = (table[index] << shift) - (index << shift)  # slot of position p is base + p
+            slots.extend(range(base + pos, base + stop))
+            pos = stop
+        if self._tracks_ids:
+            self._note_ids(seq, num_tokens, token_ids)
+        if self.debug:
+            self.check_invariants()
+        return slots
+
+    def _note_ids(self, seq: _PagedSeq, num_tokens: int, token_ids: Sequence[int] | None) -> None:
+        """Hook after a grow of ``num_tokens`` > 0 tokens (only when ``_tracks_ids``)."""
+
+    def fork(self, parent_id: int, child_id: int, final_len: int | None = None) -> bool:
+        """The child shares every parent block (ref + 1); never short of memory."""
+        parent = self._seqs.get(parent_id)
+        if parent is None:
+            raise AllocatorError(f"unknown sequence {parent_id}")
+        if child_id in self._seqs:
+            raise AllocatorError(f"sequence {child_id} is already live")
+        if final_len is not None:
+            check_length("final_len", final_len)
+        ref = self._ref
+        for b in parent.table:
+            ref[b] += 1
+        self._seqs[child_id] = self._child_of(parent)
+        if self.debug:
+            self.check_invariants()
+        return True
+
+    def _child_of(self, parent: _PagedSeq) -> _PagedSeq:
+        return _PagedSeq(list(parent.table), parent.num_tokens, parent.prompt_len, parent.max_len)
+
+    def free(self, seq_id: int) -> None:
+        seq = self._seqs.pop(seq_id, None)
+        if seq is None:
+            raise AllocatorError(f"unknown sequence {seq_id}")
+        ref = self._ref
+        released = []
+        for b in reversed(seq.table):
+            ref[b] -= 1
+            if not ref[b]:
+                released.append(b)
+        self._release_blocks(released)
+        if self.debug:
+            self.check_invariants()
+
+    # -- views -------------------------------------------------------------------------------
+    def _get(self, seq_id: int) -> _PagedSeq:
+        seq = self._seqs.get(seq_id)
+        if seq is None:
+            raise AllocatorError(f"unknown sequence {seq_id}")
+        return seq
+
+    def block_table(self, seq_id: int) -> list[int]:
+        return list(self._get(seq_id).table)
+
+    def num_tokens(self, seq_id: int) -> int:
+        return self._get(seq_id).num_tokens
+
+    def live_sequences(self) -> list[int]:
+        return list(self._seqs)
+
+    def ref_count(self, block: int) -> int:
+        return self._ref[block]
+
+    def free_blocks(self) -> list[int]:
+        """Free block ids in the order they will be reused."""
+        return list(self._free)
+
+    def _partial_blocks(self, final_lens: Mapping[int, int] | None) -> tuple[int, int, int, int]:
+        """(partial blocks, their computed slots, reserved, internal), each block once.
+
+        A block is partial for a sequence when it lies at or after the block of the sequence's
+        next token; every other used block is full for all of its owners (shared blocks are
+        frozen), so it holds ``block_size`` token slots. O(live sequences + partial blocks).
+        """
+        bs, shift = self.block_size, self._shift
+        ref = self._ref
+        count = filled_total = reserved = internal = 0
+        shared: dict[int, list[int]] = {}
+        for seq_id, seq in self._seqs.items():
+            table, nt = seq.table, seq.num_tokens
+            if final_lens is None:
+                final = 0
+            else:
+                try:
+                    final = final_lens[seq_id]
+                except KeyError:
+                    raise AllocatorError(f"usage() needs the final length of live sequence {seq_id}") from None
+            index = nt >> shift
+            if index >= len(table):
+                continue
+            base = index << shift
+            for index in range(index, len(table)):
+                filled = min(max(nt - base, 0), bs)
+                reach = min(max(final - base, 0), bs)
+                block = table[index]
+                if ref[block] == 1:
+                    count += 1
+                    filled_total += filled
+                    if reach > filled:
+                        reserved += reach - filled
+                        internal += bs - reach
+                    else:
+                        internal += bs - filled
+                else:
+                    seen = shared.get(block)
+                    if seen is None:
+                        shared[block] = [filled, reach]
+                    elif reach > seen[1]:
+                        seen[1] = reach
+                base += bs
+        for filled, reach in shared.values():
+            count += 1
+            filled_total += filled
+            if reach > filled:
+                reserved += reach - filled
+                internal += bs - reach
+            else:
+                internal += bs - filled
+        return count, filled_total, reserved, internal
+
+    def _used_blocks(self) -> int:
+        return self.num_blocks - self._num_free()
+
+    def usage(self, final_lens: Mapping[int, int]) -> MemoryUsage:
+        used = self._used_blocks()
+        partial, filled, reserved, internal = self._partial_blocks(final_lens)
+        token = (used - partial) * self.block_size + filled
+        return MemoryUsage(token, reserved, internal, self.num_slots - used * self.block_size)
+
+    def stats(self) -> dict[str, float | int | None]:
+        """``logical_slots``: sum of num_tokens over live sequences (no sharing);
+        ``physical_slots``: distinct slots holding computed tokens (usage().token)."""
+        used = self._used_blocks()
+        partial, filled, _, _ = self._partial_blocks(None)
+        return {
+            "prefix_hit_rate": None,
+            "prefix_queries": None,
+            "prefix_hits": None,
+            "logical_slots": sum(seq.num_tokens for seq in self._seqs.values()),
+            "physical_slots": (used - partial) * self.block_size + filled,
+            "allocated_slots": used * self.block_size,
+            "live_sequences": len(self._seqs),
+            "copy_ops": self._num_copy_ops,
+            "copied_slots": self._copied_slots,
+        }
+
+    def _free_block_ids(self) -> list[int]:
+        return list(self._free)
+
+    def check_invariants(self) -> None:
+        bs = self.block_size
+        counts = [0] * self.num_blocks
+        filled_by: dict[int, int] = {}
+        for seq_id, seq in self._seqs.items():
+            assert 0 <= seq.num_tokens <= seq.max_len, f"seq {seq_id}: {seq.num_tokens} tokens, max_len {seq.max_len}"
+            want = ceil_div(max(seq.num_tokens, seq.prompt_len), bs)
+            assert len(seq.table) == want, f"seq {seq_id}: {len(seq.table)} blocks, expected {want}"
+            assert len(set(seq.table)) == len(seq.table), f"seq {seq_id}: a block twice in its table"
+            for index, b in enumerate(seq.table):
+                assert 0 <= b < self.num_blocks, f"seq {seq_id}: block {b} out of range"
+                counts[b] += 1
+                filled = min(max(seq.num_tokens - index * bs, 0), bs)
+                if filled_by.setdefault(b, filled) != filled:
+                    raise AssertionError(f"shared block {b} is not frozen: owners computed {filled_by[b]} and {filled} slots")
+        free = self._free_block_ids()
+        assert len(set(free)) == len(free), "a block is twice in the free list"
+        free_set = set(free)
+        for b in range(self.num_blocks):
+            assert self._ref[b] >= 0, f"block {b}: ref {self._ref[b]} < 0"
+            assert self._ref[b] == counts[b], f"block {b}: ref {self._ref[b]} but {counts[b]} table entries"
+            assert (b in free_set) == (counts[b] == 0), f"block {b}: ref {counts[b]}, in free list: {b in free_set}"
+        assert len(free) + sum(1 for c in counts if c) == self.num_blocks, "free + used != num_blocks"

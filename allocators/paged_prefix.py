@@ -1,0 +1,205 @@
+"""Paged allocation plus prefix sharing: hash-chained full blocks, LRU reuse of cached blocks.
+
+Hashing: when a sequence's block becomes full of computed tokens whose ids are known, it gets
+the chained hash ``_hash_block(parent, tokens)`` where ``parent`` is the hash of the previous
+block (``ROOT_HASH`` for the first) and ``tokens`` the block's token ids as a tuple. The block
+is registered in the hash -> block map unless that hash is already taken (a duplicate
+computed concurrently stays private). Prompt ids are known from ``admit``; later ids come
+from ``grow(token_ids=...)``. A grow of tokens past the prompt with ``token_ids=None`` makes
+that block and every later block of the sequence unhashable.
+
+Lookup on admit: the prompt's full blocks within ``prompt[:-1]`` (the last prompt token is
+always computed, so a prompt of P tokens queries ``(P - 1) // block_size`` blocks) are looked
+up in order until the first miss. A hit must match the stored parent hash and token tuple
+(a hash collision is a miss). Hits are shared (ref + 1) and reported as
+``num_cached_tokens = hits * block_size``. Only admits that succeed count towards
+``prefix_queries`` / ``prefix_hits`` (a refused admit changes nothing, counters included).
+
+Free queue (an OrderedDict, O(1) removal of a revived block). Allocation takes the front.
+``free`` drops one reference per block, walking the table from its tail; a block whose last
+reference goes is
+  * hashed: appended to the BACK, still findable by its hash until it is reused;
+  * not hashed: put at the FRONT (it caches nothing, so it is reused first).
+So cached blocks are evicted least recently freed first, and within one freed sequence tail
+blocks first (they come first in the queue); unhashed blocks of one free are also reused tail
+first. A cached block that a later admit hits leaves the queue. Taking a cached block from
+the queue evicts it: its hash leaves the map.
+
+Usage: cached free blocks are not allocated, so they count as ``external``.
+
+Invariants (on top of paged's): the map and the blocks' hashes agree one to one; a hashed
+block is full for each of its owners; a sequence's hash chain covers exactly its full
+computed blocks while its token ids are known.
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from allocators.base import Admission, Fit, ceil_div
+from allocators.paged import PagedAllocator, _PagedSeq
+
+ROOT_HASH = 0x5EED_CAFE  # parent hash of a sequence's first block
+
+
+@dataclass(slots=True)
+class _PrefixSeq(_PagedSeq):
+    token_ids: list[int]  # known ids of positions [0, len(token_ids)): the prompt, then generated
+    hashes: list[int]  # chained hash of each full computed block, in order
+    hashable: bool  # False once a computed token's id is unknown
+
+
+class PagedPrefixAllocator(PagedAllocator):
+    """``paged`` plus prefix caching; see the module docstring for hashing and eviction order."""
+
+    name = "paged_prefix"
+
+    def __init__(self, num_slots: int, block_size: int = 16, debug: bool = False) -> None:
+        super().__init__(num_slots, block_size, debug)
+        self._hash_to_block: dict[int, int] = {}
+        self._block_hash: list[int | None] = [None] * self.num_blocks
+        self._block_key: list[tuple[int, tuple[int, ...]] | None] = [None] * self.num_blocks
+        self._queries = 0
+        self._hits = 0
+        self._evictions = 0
+
+    @staticmethod
+    def _hash_block(parent: int, tokens: tuple[int, ...]) -> int:
+        return hash((parent, tokens))
+
+    # -- free queue ------------------------------------------------------------------------
+    def _init_free_list(self) -> None:
+        self._free: OrderedDict[int, None] = OrderedDict.fromkeys(range(self.num_blocks))  # type: ignore[assignment]
+
+    def _take_block(self) -> int:
+        block, _ = self._free.popitem(last=False)
+        h = self._block_hash[block]
+        if h is not None:  # evict the cached block
+            del self._hash_to_block[h]
+            self._block_hash[block] = None
+            self._block_key[block] = None
+            self._evictions += 1
+        return block
+
+    def _release_blocks(self, blocks: list[int]) -> None:
+        free = self._free
+        unhashed = []
+        for b in blocks:
+            if self._block_hash[b] is None:
+                unhashed.append(b)
+            else:
+                free[b] = None
+        for b in reversed(unhashed):
+            free[b] = None
+            free.move_to_end(b, last=False)
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def admit(self, seq_id: int, prompt: Sequence[int], max_len: int, final_len: int | None = None) -> Admission:
+        refusal = self._refuse(seq_id, prompt, max_len, final_len)
+        if refusal is not None:
+            return refusal
+        bs = self.block_size
+        hits: list[int] = []
+        hashes: list[int] = []
+        parent = ROOT_HASH
+        queries = (len(prompt) - 1) // bs if prompt else 0
+        for i in range(queries):
+            key = (parent, tuple(prompt[i * bs : (i + 1) * bs]))
+            h = self._hash_block(*key)
+            block = self._hash_to_block.get(h)
+            if block is None or self._block_key[block] != key:
+                break
+            hits.append(block)
+            hashes.append(h)
+            parent = h
+        ref = self._ref
+        revived = sum(1 for b in hits if not ref[b])
+        fresh = ceil_div(len(prompt), bs) - len(hits)
+        if fresh + revived > len(self._free):
+            return Admission(Fit.LATER, f"prompt needs {fresh + revived} free blocks; {len(self._free)} free")
+        for b in hits:
+            if not ref[b]:
+                del self._free[b]
+            ref[b] += 1
+        table = hits + self._take_fresh(fresh)
+        cached = len(hits) * bs
+        self._seqs[seq_id] = _PrefixSeq(table, cached, len(prompt), max_len, list(prompt), hashes, True)
+        self._queries += queries
+        self._hits += len(hits)
+        if self.debug:
+            self.check_invariants()
+        return Admission(Fit.OK, num_cached_tokens=cached)
+
+    _tracks_ids = True
+
+    def _note_ids(self, seq: _PrefixSeq,  # type: ignore[override]
+                   num_tokens: int, token_ids: Sequence[int] | None) -> None:
+        """Remember the new token ids and hash the blocks they filled."""
+        if not seq.hashable:
+            return
+        known = seq.token_ids
+        end = seq.num_tokens
+        if end > len(known):
+            if token_ids is None:
+                seq.hashable = False
+                return
+            known.extend(token_ids[len(known) - end :])
+        if end >> self._shift > len(seq.hashes):
+            self._hash_full_blocks(seq)
+
+    def _hash_full_blocks(self, seq: _PrefixSeq) -> None:
+        """Hash the sequence's newly full blocks and register those whose hash is new."""
+        bs = self.block_size
+        hashes, known = seq.hashes, seq.token_ids
+        for i in range(len(hashes), seq.num_tokens >> self._shift):
+            key = (hashes[-1] if hashes else ROOT_HASH, tuple(known[i * bs : (i + 1) * bs]))
+            h = self._hash_block(*key)
+            hashes.append(h)
+            block = seq.table[i]
+            if h not in self._hash_to_block and self._block_hash[block] is None:
+                self._hash_to_block[h] = block
+                self._block_hash[block] = h
+                self._block_key[block] = key
+
+    def _child_of(self, parent: _PagedSeq) -> _PagedSeq:
+        assert isinstance(parent, _PrefixSeq)
+        return _PrefixSeq(
+            list(parent.table), parent.num_tokens, parent.prompt_len, parent.max_len,
+            list(parent.token_ids), list(parent.hashes), parent.hashable,
+        )
+
+    # -- views -------------------------------------------------------------------------------
+    def cached_blocks(self) -> list[int]:
+        """Free blocks still findable by hash, in eviction order."""
+        return [b for b in self._free if self._block_hash[b] is not None]
+
+    def stats(self) -> dict[str, float | int | None]:
+        out = super().stats()
+        out["prefix_queries"] = self._queries
+        out["prefix_hits"] = self._hits
+        out["prefix_hit_rate"] = self._hits / self._queries if self._queries else None
+        out["cached_free_blocks"] = sum(1 for b in self._free if self._block_hash[b] is not None)
+        out["evictions"] = self._evictions
+        return out
+
+    def check_invariants(self) -> None:
+        super().check_invariants()
+        for h, b in self._hash_to_block.items():
+            assert self._block_hash[b] == h, f"map says hash {h} -> block {b}; block says {self._block_hash[b]}"
+        bs = self.block_size
+        for b, h in enumerate(self._block_hash):
+            assert (h is None) == (self._block_key[b] is None), f"block {b}: hash and key disagree"
+            if h is not None:
+                assert self._hash_to_block.get(h) == b, f"hashed block {b} not in the map"
+        for seq_id, seq in self._seqs.items():
+            assert isinstance(seq, _PrefixSeq)
+            full = seq.num_tokens // bs
+            if seq.hashable:
+                assert len(seq.hashes) == full, f"seq {seq_id}: {len(seq.hashes)} hashes for {full} full blocks"
+            assert len(seq.hashes) <= full, f"seq {seq_id}: hashes past its full blocks"
+            for i, b in enumerate(seq.table):
+                h = self._block_hash[b]
+                if h is not None:
+                    assert i < full, f"seq {seq_id}: hashed block {b} at index {i} is not full"
+                    assert i < len(seq.hashes) and seq.hashes[i] == h, f"seq {seq_id}: block {b} hashed differently"

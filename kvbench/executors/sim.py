@@ -1,0 +1,59 @@
+"""Simulated executor (``backend=sim``): no model runs, the step time comes from the cost model.
+
+Tokens are placeholders from a seeded ``random.Random``: deterministic given the seed and the
+sequence of batches. ``execute`` is O(chunks + copy/swap ops) in plain Python.
+"""
+from __future__ import annotations
+
+import math
+import random
+
+from kvbench.batch import StepBatch, StepResult
+from kvbench.sim.cost_model import TIMING_KEYS, CostParams, step_time, summarize
+
+
+class SimExecutor:
+    """Models one engine step of ``model_cfg`` on ``gpu_cfg`` (``gpu_cfg.count`` GPUs in TP)."""
+
+    needs_block_tables = False  # the cost model reads block_size and context lengths only
+
+    def __init__(self, model_cfg, gpu_cfg, seed: int = 0):
+        self.params = CostParams.from_configs(model_cfg, gpu_cfg)
+        self.vocab_size = int(model_cfg.vocab_size)
+        self._rng = random.Random(seed)
+
+    def execute(self, batch: StepBatch) -> StepResult:
+        times = step_time(self.params, summarize(batch))
+        next_tokens: dict[int, int] = {}
+        top_logprobs: dict[int, list[tuple[int, float]]] = {}
+        extra_tokens: dict[int, list[int]] = {}
+        rand, vocab = self._rng.random, self.vocab_size
+        for chunk in batch.chunks:
+            if not chunk.sample:
+                continue
+            if chunk.num_logprobs > 0:
+                candidates = self._candidates(chunk.num_logprobs)
+                top_logprobs[chunk.seq_id] = candidates
+                next_tokens[chunk.seq_id] = candidates[0][0]
+            else:
+                next_tokens[chunk.seq_id] = int(rand() * vocab)
+            if chunk.num_samples > 1:
+                extra_tokens[chunk.seq_id] = [int(rand() * vocab) for _ in range(chunk.num_samples - 1)]
+        return StepResult(
+            next_tokens=next_tokens,
+            duration_s=times["duration_s"],
+            top_logprobs=top_logprobs,
+            extra_tokens=extra_tokens,
+            timings={key: times[key] for key in TIMING_KEYS},
+        )
+
+    def _candidates(self, k: int) -> list[tuple[int, float]]:
+        """k distinct tokens with descending logprobs of a valid distribution (sum of probs < 1):
+        normalised exponential draws, the (k+1)-th standing for the rest of the vocabulary."""
+        rng = self._rng
+        k = min(k, self.vocab_size)
+        tokens = rng.sample(range(self.vocab_size), k)
+        weights = [rng.expovariate(1.0) + 1e-12 for _ in range(k + 1)]
+        total = sum(weights)
+        probs = sorted((w / total for w in weights[:k]), reverse=True)
+        return [(t, math.log(p)) for t, p in zip(tokens, probs)]

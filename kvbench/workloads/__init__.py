@@ -1,0 +1,137 @@
+"""Workloads: the request streams a run replays (``conf/workload/<name>.yaml``).
+
+``build_workload(cfg, vocab_size=..., max_model_len=..., tokenizer_name=...)`` turns the
+``workload`` config group into a :class:`Workload`: requests sorted by arrival with ids 0..N-1.
+
+Knobs every workload takes (``COMMON_DEFAULTS``): ``num_requests``, ``request_rate`` (requests/s,
+``inf`` = all at time 0), ``burstiness`` (gamma shape of the inter-arrival gaps at the same mean
+rate; 1.0 = Poisson, as in vLLM's benchmark_serving), ``n`` (parallel samples), ``beam_width``,
+``seed``, ``duration_s`` (if set: every arrival in [0, duration_s) at the rate, and num_requests
+is ignored; needs a finite rate). Each workload adds its own (``WORKLOADS[name].defaults``).
+
+Lengths that exceed the model: data workloads (sharegpt, alpaca) drop the pair before the
+seeded draw (so N stays as asked), synthetic ones clip it (output first); shared_prefix builds
+its base for max_model_len - prefix_len. Bad input raises :class:`WorkloadError` (one line).
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from kvbench.requests import Request
+
+from . import alpaca, sharegpt, shared_prefix, synthetic
+from .common import (COMMON_DEFAULTS, CommonKnobs, Knobs, ModelLimits, PromptSet, Workload, WorkloadError,
+                     arrival_times, length_stats)
+from .tokenizer import SMOLLM2, load_tokenizer
+
+__all__ = ["COMMON_DEFAULTS", "SMOLLM2", "WORKLOADS", "Workload", "WorkloadError", "WorkloadSpec",
+           "build_workload", "load_tokenizer"]
+
+
+@dataclass(frozen=True)
+class WorkloadSpec:
+    name: str  # as in the config's ``name:``
+    defaults: Mapping[str, Any]  # this workload's own knobs and their defaults (besides COMMON_DEFAULTS)
+    build: Callable[[Knobs, CommonKnobs, int, ModelLimits], PromptSet]
+
+
+def _key(name: str) -> str:
+    return name.strip().lower().replace("-", "_")
+
+
+_BASES = [
+    WorkloadSpec("sharegpt", sharegpt.DEFAULTS, sharegpt.build_sharegpt),
+    WorkloadSpec("alpaca", alpaca.DEFAULTS, alpaca.build_alpaca),
+    WorkloadSpec("alpaca-synthetic", alpaca.SYNTHETIC_DEFAULTS, alpaca.build_alpaca_synthetic),
+    WorkloadSpec("synthetic", synthetic.DEFAULTS, synthetic.build_synthetic),
+]
+_BASE_BY_KEY = {_key(spec.name): spec for spec in _BASES}
+
+
+def _base_builder(name: str) -> tuple[str, Callable[..., PromptSet]]:
+    spec = _BASE_BY_KEY[_key(name)]
+    return spec.name, spec.build
+
+
+def _shared_prefix_defaults() -> dict[str, Any]:
+    """Its own knobs plus every base's (flat, so ``workload.prompt_len=...`` reaches the base)."""
+    merged: dict[str, Any] = {}
+    for spec in _BASES:
+        for key, value in spec.defaults.items():
+            assert merged.get(key, value) == value, f"bases disagree on the default of {key}"
+            merged[key] = value
+    return {**shared_prefix.DEFAULTS, **merged}
+
+
+WORKLOADS: dict[str, WorkloadSpec] = {
+    **_BASE_BY_KEY,
+    "shared_prefix": WorkloadSpec(
+        "shared_prefix", _shared_prefix_defaults(),
+        shared_prefix.make_shared_prefix_builder(_base_builder, tuple(spec.name for spec in _BASES))),
+}
+
+
+def _plain(cfg: Any) -> dict[str, Any]:
+    try:
+        from omegaconf import DictConfig, OmegaConf
+    except ImportError:  # pragma: no cover - omegaconf comes with hydra
+        DictConfig = ()
+    if DictConfig and isinstance(cfg, DictConfig):
+        return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
+    if isinstance(cfg, Mapping):
+        return dict(cfg)
+    raise WorkloadError(f"workload config must be a mapping, got {type(cfg).__name__}")
+
+
+def _json_safe(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    return value
+
+
+def build_workload(cfg: Any, *, vocab_size: int, max_model_len: int, tokenizer_name: str | None) -> Workload:
+    """Build the request stream the ``workload`` config describes, for a model with these limits."""
+    values = _plain(cfg)
+    name = values.pop("name", None)
+    allowed_names = ", ".join(spec.name for spec in WORKLOADS.values())
+    if not isinstance(name, str) or _key(name) not in WORKLOADS:
+        raise WorkloadError(f"workload.name: unknown workload {name!r}; allowed: {allowed_names}")
+    spec = WORKLOADS[_key(name)]
+    known = {**COMMON_DEFAULTS, **spec.defaults}
+    unknown = sorted(set(values) - set(known))
+    if unknown:
+        raise WorkloadError(f"workload.{unknown[0]}: not a knob of workload {spec.name}; "
+                            f"allowed: {', '.join(sorted(known))}")
+    knobs = Knobs({**known, **values}, spec.name)
+    common = CommonKnobs.parse(knobs)
+    limits = ModelLimits(vocab_size=int(vocab_size), max_model_len=int(max_model_len), tokenizer_name=tokenizer_name)
+
+    arrivals = arrival_times(common)
+    prompts = spec.build(knobs, common, len(arrivals), limits)
+    requests = [
+        Request(request_id=i, prompt_ids=prompt, output_len=int(output_len), arrival_s=float(arrival),
+                n=common.n, beam_width=common.beam_width)
+        for i, (prompt, output_len, arrival) in enumerate(zip(prompts.prompts, prompts.output_lens, arrivals))
+    ]
+    meta = {
+        "workload": prompts.name,
+        "config_name": spec.name,
+        "num_requests": len(requests),
+        "burstiness": common.burstiness,
+        "n": common.n,
+        "beam_width": common.beam_width,
+        "seed": common.seed,
+        "duration_s": common.duration_s,
+        "last_arrival_s": float(arrivals[-1]) if len(arrivals) else 0.0,
+        **length_stats(prompts.prompts, prompts.output_lens),
+        **prompts.meta,
+        "knobs": knobs.values,
+    }
+    return Workload(name=prompts.name, requests=requests, request_rate=common.request_rate, meta=_json_safe(meta))

@@ -1,0 +1,147 @@
+"""Scheduler and engine behaviour on tiny pools, with exact expected batches."""
+from __future__ import annotations
+
+import pytest
+
+from allocators import build
+from kvbench.engine import Engine, SchedulerConfig
+from tests.engine_helpers import TokenPoolExecutor, make_requests, seq_lookup
+
+ALLOCATORS = [
+    ("contiguous", {"reserve": "max"}),
+    ("contiguous", {"reserve": "pow2"}),
+    ("contiguous", {"reserve": "oracle"}),
+    ("contiguous", {"reserve": "double"}),
+    ("buddy", {"reserve": "max"}),
+    ("buddy", {"reserve": "pow2"}),
+    ("buddy", {"reserve": "oracle"}),
+    ("paged", {"block_size": 1}),
+    ("paged", {"block_size": 4}),
+    ("paged_prefix", {"block_size": 4}),
+]
+
+
+def make_engine(name, num_slots, max_model_len=64, **cfg):
+    knobs = dict(cfg.pop("knobs", {}))
+    if name in ("contiguous", "buddy"):
+        knobs.setdefault("max_model_len", max_model_len)
+        knobs.setdefault("block_size", 4)
+    allocator = build(name, num_slots, debug=True, **knobs)
+    executor = TokenPoolExecutor(num_slots)
+    engine = Engine(allocator, executor, SchedulerConfig(max_model_len=max_model_len, **cfg), max_steps=5000)
+    executor.lookup = seq_lookup(engine)
+    return engine, executor
+
+
+def batches(executor):
+    return [[(c.request_id, c.start_pos, c.query_len) for c in b.chunks] for b in executor.batches]
+
+
+def test_fcfs_admission_and_token_budget_with_chunked_prefill():
+    engine, ex = make_engine("paged", 64, max_num_batched_tokens=8, knobs={"block_size": 4})
+    engine.run(make_requests([(5, 2), (5, 2), (5, 2)]))
+    assert batches(ex) == [
+        [(0, 0, 5), (1, 0, 3)],  # r1's prompt is chunked to fit the budget of 8
+        [(0, 5, 1), (1, 3, 2), (2, 0, 5)],  # r0 decodes, r1 finishes its prompt, r2 fits whole
+        [(1, 5, 1), (2, 5, 1)],  # r0 finished after its 2 tokens
+    ]
+
+
+def test_without_chunked_prefill_a_prompt_waits_for_a_whole_budget():
+    engine, ex = make_engine("paged", 64, max_num_batched_tokens=8, chunked_prefill=False, knobs={"block_size": 4})
+    out = engine.run(make_requests([(5, 2), (5, 2), (9, 1)]))
+    assert batches(ex)[:3] == [[(0, 0, 5)], [(0, 5, 1), (1, 0, 5)], [(1, 5, 1)]]
+    assert out.summary["num_rejected"] == 1  # 9 > budget 8 can never be scheduled
+    assert out.requests.set_index("request_id").loc[2, "status"] == "rejected"
+
+
+def test_max_num_seqs_caps_the_batch():
+    engine, ex = make_engine("paged", 256, max_num_seqs=2, knobs={"block_size": 4})
+    out = engine.run(make_requests([(3, 4)] * 5))
+    assert max(len(b.chunks) for b in ex.batches) == 2
+    assert out.summary["num_finished"] == 5
+
+
+def test_preempts_the_most_recent_arrival_and_recomputes():
+    # 4 blocks of 4 slots; two requests of 6-token prompts grow to 14 tokens: they cannot both fit
+    engine, ex = make_engine("paged", 16, knobs={"block_size": 4})
+    reqs = make_requests([(6, 8, 0.0), (6, 8, 0.5)])
+    out = engine.run(reqs)
+    req = out.requests.set_index("request_id")
+    assert req.loc[1, "num_preemptions"] >= 1 and req.loc[0, "num_preemptions"] == 0
+    assert out.summary["num_finished"] == 2
+    assert [len(out.outputs[i][0]) for i in (0, 1)] == [8, 8]
+    # after the preemption r1 is recomputed from scratch: prompt plus generated tokens
+    recompute = [c for b in ex.batches for c in b.chunks if c.request_id == 1 and c.start_pos == 0]
+    assert len(recompute) == 2 and recompute[1].query_len > 6
+
+
+def test_swap_round_trip_restores_the_same_tokens():
+    engine, ex = make_engine("paged", 16, preemption="swap", swap_slots=64, knobs={"block_size": 4})
+    out = engine.run(make_requests([(6, 8, 0.0), (6, 8, 0.5)]))
+    assert out.summary["num_preemptions"] >= 1
+    swaps_out = sum(len(op.slots) for b in ex.batches for op in b.swap_out)
+    swaps_in = sum(len(op.slots) for b in ex.batches for op in b.swap_in)
+    assert swaps_out == swaps_in > 0
+    assert engine.scheduler.host_used == 0
+    # no recompute: r1's prompt is prefilled exactly once
+    assert sum(1 for b in ex.batches for c in b.chunks if c.request_id == 1 and c.start_pos == 0) == 1
+
+
+def test_swap_falls_back_to_recompute_when_the_host_pool_is_full():
+    engine, ex = make_engine("paged", 16, preemption="swap", swap_slots=2, knobs={"block_size": 4})
+    out = engine.run(make_requests([(6, 8, 0.0), (6, 8, 0.5)]))
+    assert out.summary["num_finished"] == 2
+    assert not any(b.swap_out for b in ex.batches)
+
+
+@pytest.mark.parametrize("name,knobs", ALLOCATORS)
+def test_every_allocator_finishes_every_request_under_pressure(name, knobs):
+    specs = [(3 + (7 * i) % 13, 2 + (5 * i) % 11, 0.3 * i) for i in range(24)]
+    engine, ex = make_engine(name, 96, knobs=knobs, max_num_batched_tokens=32)
+    out = engine.run(make_requests(specs))
+    assert out.summary["num_finished"] == 24 and out.summary["num_rejected"] == 0
+    assert sorted(out.outputs) == list(range(24))
+    for i, (_, output_len, _) in enumerate(specs):
+        assert len(out.outputs[i][0]) == output_len  # recompute never changes what is generated
+    fractions = out.steps[["mem_token_frac", "mem_reserved_frac", "mem_internal_frac", "mem_external_frac"]]
+    assert (fractions.sum(axis=1) - 1).abs().max() < 1e-9
+
+
+@pytest.mark.parametrize("name,knobs", ALLOCATORS)
+@pytest.mark.parametrize("n,beam", [(3, 1), (1, 3)])
+def test_parallel_sampling_and_beam_search_with_every_allocator(name, knobs, n, beam):
+    specs = [(5, 6, 0.0, n, beam), (9, 4, 1.0, n, beam), (4, 7, 2.0, n, beam)]
+    engine, ex = make_engine(name, 256, knobs=knobs)
+    out = engine.run(make_requests(specs))
+    assert out.summary["num_finished"] == 3
+    for i, spec in enumerate(specs):
+        samples = out.outputs[i]
+        assert len(samples) == (n if beam == 1 else len(samples)) and len(samples) >= 1
+        assert all(len(s) == spec[1] for s in samples)
+
+
+def test_request_longer_than_the_model_is_rejected_and_the_run_goes_on():
+    engine, _ = make_engine("paged", 64, knobs={"block_size": 4}, max_model_len=16)
+    out = engine.run(make_requests([(10, 10), (4, 4)]))
+    assert out.summary["num_rejected"] == 1 and out.summary["num_finished"] == 1
+    assert "max_model_len" in out.requests.set_index("request_id").loc[0, "reason"]
+
+
+@pytest.mark.parametrize("name", ["contiguous", "buddy"])
+def test_reserve_max_holds_floor_s_over_l_sequences(name):
+    # S = 64 slots, L = 16: exactly 4 sequences at once
+    engine, ex = make_engine(name, 64, max_model_len=16, knobs={"reserve": "max"})
+    out = engine.run(make_requests([(2, 4)] * 10))
+    assert out.summary["max_batch_size"] == 4
+    assert out.summary["num_finished"] == 10
+
+
+def test_prefix_sharing_is_counted():
+    reqs = make_requests([(12, 3, 0.0), (12, 3, 5.0)])
+    reqs[1].prompt_ids = list(reqs[0].prompt_ids)
+    engine, ex = make_engine("paged_prefix", 64, knobs={"block_size": 4})
+    out = engine.run(reqs)
+    assert out.summary["prefix_hit_rate"] > 0
+    second = [c for b in ex.batches for c in b.chunks if c.request_id == 1]
+    assert second[0].start_pos == 8  # two full blocks of the prompt were cached

@@ -1,0 +1,293 @@
+"""The simulated executor and its cost model: closed-form checks, configs, determinism, speed."""
+from __future__ import annotations
+
+import math
+import time
+from types import SimpleNamespace
+
+import pytest
+from omegaconf import OmegaConf
+
+from allocators.base import CopyOp
+from kvbench.batch import SeqChunk, StepBatch, SwapOp
+from kvbench.executors import build_executor
+from kvbench.executors.sim import SimExecutor
+from kvbench.geometry import KVGeometry
+from kvbench.sim import cost_model as cm
+from kvbench.sim.profiles import CONF_DIR, available, load_gpu, load_model
+
+MODEL_FIELDS = {
+    "name", "family", "num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_size",
+    "intermediate_size", "vocab_size", "max_model_len", "dtype", "num_params", "load", "path", "tokenizer",
+}
+GPU_FIELDS = {
+    "name", "memory_bytes", "peak_flops", "peak_flops_fp32", "mem_bandwidth",
+    "interconnect_bandwidth", "host_bandwidth", "count",
+}
+TIED_EMBEDDINGS = {"smollm2-135m": True}  # SmolLM2 ties lm_head to the embeddings; Llama does not
+
+
+def decode_chunk(seq_id: int, ctx: int, bs: int, sample: bool = True, k: int = 0) -> SeqChunk:
+    nblocks = -(-ctx // bs)
+    return SeqChunk(seq_id, [1], ctx - 1, list(range(nblocks)), [ctx - 1], sample, num_logprobs=k)
+
+
+def prefill_chunk(seq_id: int, q: int, bs: int, start: int = 0) -> SeqChunk:
+    ctx = start + q
+    return SeqChunk(seq_id, [1] * q, start, list(range(-(-ctx // bs))), list(range(start, ctx)), True)
+
+
+def times(model, gpu, chunks, bs=16, **ops):
+    return cm.batch_time(model, gpu, StepBatch(chunks, bs, **ops))
+
+
+def no_gather(gpu):
+    return OmegaConf.merge(gpu, {"gather_half_bytes": 0.0})
+
+
+@pytest.fixture(scope="module")
+def opt13b():
+    return load_model("opt-13b")
+
+
+@pytest.fixture(scope="module")
+def a100():
+    return load_gpu("a100-40gb")
+
+
+# -- configs ------------------------------------------------------------------------------
+def test_every_config_loads_with_its_fields():
+    assert {"a100-40gb", "a100-80gb", "h100-80gb", "h200", "a10g"} <= set(available("gpu"))
+    assert {"opt-125m", "opt-13b", "opt-66b", "opt-175b", "llama-7b", "llama-13b", "llama-3-8b",
+            "smollm2-135m", "tiny-llama", "tiny-opt"} <= set(available("model"))
+    for name in available("gpu"):
+        cfg = OmegaConf.load(CONF_DIR / "gpu" / f"{name}.yaml")
+        assert GPU_FIELDS <= set(cfg), name
+        assert cfg.name == name and cfg.count == 1
+        assert all(cfg[k] > 0 for k in GPU_FIELDS - {"name"})
+    for name in available("model"):
+        cfg = OmegaConf.load(CONF_DIR / "model" / f"{name}.yaml")
+        assert set(cfg) == MODEL_FIELDS, name
+        assert cfg.name == name and cfg.family in cm.FAMILIES and cfg.load in ("dummy", "pretrained")
+        assert cfg.num_heads * cfg.head_size == cfg.hidden_size
+        assert cfg.num_heads % cfg.num_kv_heads == 0
+        cm.CostParams.from_configs(cfg, load_gpu("h200"))  # every model builds a cost model
+
+
+def test_num_params_match_the_architecture():
+    for name in available("model"):
+        cfg = load_model(name)
+        counted = cm.count_params(cfg, tied_embeddings=TIED_EMBEDDINGS.get(name))
+        assert abs(cfg.num_params - counted) <= 0.01 * counted, name
+    # published totals
+    assert cm.count_params(load_model("opt-125m")) == 125_239_296
+    assert cm.count_params(load_model("llama-7b")) == 6_738_415_616
+    assert cm.count_params(load_model("llama-3-8b")) == 8_030_261_248
+    assert cm.count_params(load_model("smollm2-135m"), tied_embeddings=True) == 134_515_008
+
+
+def test_gpu_count_override():
+    assert load_gpu("a100-80gb", count=4).count == 4
+    with pytest.raises(ValueError, match="gpu must be one of"):
+        load_gpu("v100")
+
+
+# -- KV memory ----------------------------------------------------------------------------
+def test_kv_cache_bytes_opt13b_a100_40gb_about_12gb(opt13b, a100):
+    kv = cm.kv_cache_bytes(opt13b, a100)
+    # PagedAttention paper Fig. 1: 26 GB of weights, about 12 GB of KV cache on an A100-40GB.
+    # We get 12.07e9 B (11.24 GiB): 0.9 x 40 GiB - 25.71e9 weights - 0.86e9 headroom.
+    assert 11.5e9 < kv < 12.5e9
+    expected = (0.9 * a100.memory_bytes - opt13b.num_params * 2 - cm.DEFAULTS["runtime_reserved_bytes"]
+                - cm.activation_bytes_per_gpu(opt13b))
+    assert kv == int(expected)
+    assert KVGeometry.from_model_cfg(opt13b).slots_for(kv) == kv // cm.bytes_per_slot(opt13b)
+
+
+def test_kv_cache_bytes_tensor_parallel_and_errors():
+    opt175 = load_model("opt-175b")
+    with pytest.raises(ValueError, match=r"does not fit on 1 x a100-80gb.*raise gpu.count"):
+        cm.kv_cache_bytes(opt175, load_gpu("a100-80gb"))
+    kv8 = cm.kv_cache_bytes(opt175, load_gpu("a100-80gb", count=8))
+    assert 200e9 < kv8 < 8 * 80 * 2**30 * 0.9 - 349e9
+    with pytest.raises(ValueError, match="utilization"):
+        cm.kv_cache_bytes(opt175, load_gpu("a100-80gb", count=8), utilization=1.5)
+
+
+# -- closed forms -------------------------------------------------------------------------
+def test_large_decode_batch_is_bandwidth_bound(opt13b, a100):
+    t = times(opt13b, a100, [decode_chunk(i, 64, 16) for i in range(32)])
+    bw = a100.mem_bandwidth * cm.DEFAULTS["eff_bw"]
+    weights_s = opt13b.num_params * 2 / bw
+    assert t["forward_s"] == pytest.approx(weights_s, rel=0.01)  # linear + lm_head ~ all params
+    assert t["duration_s"] == pytest.approx(t["overhead_s"] + weights_s, rel=0.10)
+    assert t["dense_flops"] / (a100.peak_flops * cm.DEFAULTS["eff_flops"]) < 0.3 * t["forward_s"]
+
+
+def test_large_prefill_is_compute_bound(opt13b, a100):
+    t = times(opt13b, a100, [prefill_chunk(i, 1024, 16) for i in range(8)])
+    compute_s = 2 * opt13b.num_params * 8 * 1024 / (a100.peak_flops * cm.DEFAULTS["eff_flops"])
+    assert t["forward_s"] == pytest.approx(compute_s, rel=0.03)
+    assert t["duration_s"] == pytest.approx(compute_s, rel=0.05)
+    # causal attention FLOPs of the chunks: 4 * heads * head_size * layers per (query, key) pair
+    pairs = 8 * 1024 * 1025 / 2
+    attn_s = pairs * 4 * 40 * 128 * 40 / (a100.peak_flops * cm.DEFAULTS["eff_attn_flops"])
+    assert t["attention_s"] == pytest.approx(attn_s + 8 * 1024 * cm.bytes_per_slot(opt13b) / (
+        a100.mem_bandwidth * cm.DEFAULTS["eff_bw"]), rel=1e-9)
+
+
+@pytest.mark.parametrize("bs", [1, 8, 16, 32])
+@pytest.mark.parametrize("ctx", [1, 15, 16, 17, 100])
+def test_block_tail_waste_is_exact(opt13b, a100, bs, ctx):
+    gpu = no_gather(a100)
+    t = times(opt13b, gpu, [decode_chunk(0, ctx, bs)], bs=bs)
+    padded = math.ceil(ctx / bs) * bs
+    bps = cm.bytes_per_slot(opt13b)
+    assert t["kv_read_bytes"] == padded * bps
+    # decode attention is bandwidth bound: read the padded context, write one new slot
+    bw = a100.mem_bandwidth * cm.DEFAULTS["eff_bw"]
+    assert t["attention_s"] == pytest.approx((padded + 1) * bps / bw, rel=1e-12)
+
+
+def test_small_blocks_pay_gather_granularity(opt13b, a100):
+    ctx = 256  # a multiple of every block size: no tail waste, only granularity differs
+    att = {bs: times(opt13b, a100, [decode_chunk(0, ctx, bs)], bs=bs)["attention_s"] for bs in (1, 4, 16, 64)}
+    assert att[1] > att[4] > att[16] > att[64]
+    # Hockney model: a run of S = bs * head_size * 2 bytes moves at S / (S + 512) of the rate
+    base = times(opt13b, no_gather(a100), [decode_chunk(0, ctx, 16)], bs=16)["attention_s"]
+    write_s = cm.bytes_per_slot(opt13b) / (a100.mem_bandwidth * cm.DEFAULTS["eff_bw"])
+    read_s = base - write_s
+    for bs in (1, 16):
+        run = bs * 128 * 2
+        assert att[bs] - write_s == pytest.approx(read_s * (run + 512) / run, rel=1e-9)
+
+
+def test_copy_ops_cost_read_plus_write(opt13b, a100):
+    ops = [CopyOp(0, 1000, 16), CopyOp(16, 2000, 48)]
+    bps = cm.bytes_per_slot(opt13b)
+    bw = a100.mem_bandwidth * cm.DEFAULTS["eff_bw"]
+    t = times(opt13b, no_gather(a100), [], copy_ops=ops)
+    assert t["copy_s"] == pytest.approx(2 * 64 * bps / bw, rel=1e-12)
+    assert t["forward_s"] == t["attention_s"] == 0.0
+    big = times(opt13b, a100, [], copy_ops=[CopyOp(0, 100_000, 4096)])
+    assert big["copy_s"] == pytest.approx(2 * 4096 * bps / bw, rel=0.01)
+
+
+def test_swaps_cost_pcie_bytes_plus_per_transfer_latency(opt13b, a100):
+    bps = cm.bytes_per_slot(opt13b)
+    host = a100.host_bandwidth * cm.DEFAULTS["eff_host"]
+    lat = cm.DEFAULTS["host_transfer_latency_s"] * 2 * opt13b.num_layers
+    contiguous = SwapOp(7, list(range(100, 164)))
+    scattered = SwapOp(8, [b * 16 + i for b in (9, 3, 40, 1) for i in range(16)])
+    t1 = times(opt13b, a100, [], swap_out=[contiguous])
+    t4 = times(opt13b, a100, [], swap_in=[scattered])
+    assert t1["swap_s"] == pytest.approx(64 * bps / host + 1 * lat, rel=1e-12)
+    assert t4["swap_s"] == pytest.approx(64 * bps / host + 4 * lat, rel=1e-12)
+
+
+def test_tensor_parallel_splits_work_and_adds_all_reduces():
+    opt175 = load_model("opt-175b")
+    chunks = [decode_chunk(i, 64, 16) for i in range(16)]
+    t8 = times(opt175, load_gpu("a100-80gb", count=8), chunks)
+    t8_free = times(opt175, load_gpu("a100-80gb", count=8, interconnect_bandwidth=1e30), chunks)
+    gpu = load_gpu("a100-80gb")
+    weights_s = opt175.num_params * 2 / 8 / (gpu.mem_bandwidth * cm.DEFAULTS["eff_bw"])
+    # 2 all-reduces per layer, each latency + ring traffic 2 (n-1)/n * tokens * hidden * 2 B
+    ring_s = 2 * 7 / 8 * 16 * 12288 * 2 / (gpu.interconnect_bandwidth * cm.DEFAULTS["eff_interconnect"])
+    allreduce_s = 2 * 96 * (cm.DEFAULTS["allreduce_latency_s"] + ring_s)
+    assert t8["forward_s"] == pytest.approx(weights_s + allreduce_s, rel=0.01)
+    assert t8["forward_s"] - t8_free["forward_s"] == pytest.approx(2 * 96 * ring_s, rel=1e-6)
+    one = times(opt175, gpu, chunks)  # a hypothetical single GPU: no all-reduce, 8x the bytes
+    assert one["attention_s"] == pytest.approx(8 * t8["attention_s"], rel=1e-12)
+
+
+def test_timings_sum_to_duration_and_empty_step_is_free(opt13b, a100):
+    ex = SimExecutor(opt13b, a100)
+    batch = StepBatch([decode_chunk(0, 40, 16), prefill_chunk(1, 30, 16, start=16)], 16,
+                      copy_ops=[CopyOp(0, 64, 16)], swap_out=[SwapOp(3, [5, 6, 7])])
+    r = ex.execute(batch)
+    assert set(r.timings) == set(cm.TIMING_KEYS)
+    assert all(v > 0 for v in r.timings.values())
+    assert sum(r.timings.values()) == pytest.approx(r.duration_s, rel=1e-12)
+    assert ex.execute(StepBatch([], 16)).duration_s == 0.0
+
+
+def test_plain_objects_and_float32_models():
+    model = SimpleNamespace(name="t", family="llama", num_layers=2, hidden_size=64, num_heads=4, num_kv_heads=2,
+                            head_size=16, intermediate_size=128, vocab_size=256, max_model_len=256,
+                            dtype="float32", num_params=None)
+    gpu = SimpleNamespace(name="g", memory_bytes=2**30, peak_flops=100e12, peak_flops_fp32=10e12,
+                          mem_bandwidth=1e12, interconnect_bandwidth=None, host_bandwidth=32e9, count=1)
+    p = cm.CostParams.from_configs(model, gpu)
+    assert p.flops_rate == 10e12 * cm.DEFAULTS["eff_flops"]  # fp32 uses CUDA-core FLOP/s
+    assert cm.weight_bytes(model) == cm.count_params(model) * 4
+    r = SimExecutor(model, gpu, seed=1).execute(StepBatch([decode_chunk(3, 10, 4)], 4))
+    assert 0 <= r.next_tokens[3] < 256 and r.duration_s > 0
+    with pytest.raises(ValueError, match="model.dtype must be one of"):
+        cm.CostParams.from_configs(SimpleNamespace(**{**vars(model), "dtype": "int8"}), gpu)
+    with pytest.raises(ValueError, match="missing field 'mem_bandwidth'"):
+        cm.CostParams.from_configs(model, SimpleNamespace(**{**vars(gpu), "mem_bandwidth": None}))
+
+
+# -- the executor -------------------------------------------------------------------------
+def run_batches(seed: int):
+    ex = SimExecutor(load_model("tiny-opt"), load_gpu("a10g"), seed=seed)
+    out = []
+    for step in range(5):
+        chunks = [decode_chunk(i, 10 + step, 8, sample=(i != 2), k=3 if i == 1 else 0) for i in range(4)]
+        r = ex.execute(StepBatch(chunks, 8))
+        out.append((r.next_tokens, r.top_logprobs, r.duration_s))
+    return out
+
+
+def test_deterministic_given_seed():
+    assert run_batches(0) == run_batches(0)
+    assert [o[0] for o in run_batches(0)] != [o[0] for o in run_batches(1)]
+
+
+def test_next_tokens_and_top_logprobs_shape():
+    vocab = 256
+    for next_tokens, top, _ in run_batches(3):
+        assert set(next_tokens) == {0, 1, 3}  # chunk 2 does not sample
+        assert all(0 <= t < vocab for t in next_tokens.values())
+        assert set(top) == {1}
+        cands = top[1]
+        assert len(cands) == 3 and len({t for t, _ in cands}) == 3
+        assert all(0 <= t < vocab for t, _ in cands)
+        lps = [lp for _, lp in cands]
+        assert all(lp < 0 for lp in lps) and lps == sorted(lps, reverse=True) and len(set(lps)) == 3
+        assert sum(math.exp(lp) for lp in lps) < 1.0
+        assert next_tokens[1] == cands[0][0]  # the sampled token is the best candidate
+
+
+def test_parallel_sampling_returns_extra_tokens_and_costs_draws(opt13b, a100):
+    ex = SimExecutor(opt13b, a100, seed=5)
+    assert ex.needs_block_tables is False  # the scheduler may skip building block tables
+    chunk = prefill_chunk(0, 20, 16)
+    chunk.num_samples = 4
+    r = ex.execute(StepBatch([chunk, prefill_chunk(1, 20, 16)], 16))
+    assert set(r.next_tokens) == {0, 1} and set(r.extra_tokens) == {0}
+    assert len(r.extra_tokens[0]) == 3 and all(0 <= t < opt13b.vocab_size for t in r.extra_tokens[0])
+    single = SimExecutor(opt13b, a100).execute(StepBatch([prefill_chunk(0, 20, 16)] * 2, 16))
+    assert r.timings["sampling_s"] == pytest.approx(5 / 2 * single.timings["sampling_s"], rel=1e-12)
+    assert r.timings["forward_s"] == single.timings["forward_s"]  # one lm_head row per sequence
+
+
+def test_build_executor():
+    ex = build_executor("sim", model_cfg=load_model("tiny-llama"), gpu_cfg=load_gpu("h200"), seed=2)
+    assert isinstance(ex, SimExecutor)
+    with pytest.raises(ValueError, match=r"^backend must be one of \['hf', 'sim'\], got 'gpu'$"):
+        build_executor("gpu")
+
+
+def test_execute_throughput_256_decode_chunks(opt13b, a100):
+    """Report calls/s of execute() on a 256-sequence decode batch (block tables of ~32 blocks)."""
+    ex = SimExecutor(opt13b, a100)
+    batch = StepBatch([decode_chunk(i, 500 + i, 16) for i in range(256)], 16)
+    ex.execute(batch)
+    n, start = 300, time.perf_counter()
+    for _ in range(n):
+        ex.execute(batch)
+    rate = n / (time.perf_counter() - start)
+    print(f"\nSimExecutor.execute: {rate:,.0f} calls/s on a 256-chunk decode batch")
+    assert rate > 500  # loose floor for slow shared CI cores; expect several thousand
