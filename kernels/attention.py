@@ -74,6 +74,7 @@ def _attend_kv_tile(
     HEAD_SIZE: tl.constexpr,
     HEAD_PAD: tl.constexpr,
     IEEE_DOT: tl.constexpr,
+    INTERPRET: tl.constexpr,
 ):
     """One online-softmax step over BLOCK_N keys; returns the updated (m_i, l_i, acc)."""
     dims = tl.arange(0, HEAD_PAD)
@@ -93,7 +94,10 @@ def _attend_kv_tile(
     v_row = block * stride_vb + offset * stride_vs
     k = tl.load(k_head_ptr + k_row[None, :] + dims[:, None],
                 mask=in_range[None, :] & dim_valid[:, None], other=0.0)  # [HEAD_PAD, BLOCK_N]
-    if IEEE_DOT:
+    if INTERPRET:
+        # the interpreter's dot multiplies bfloat16 bit patterns as integers: compute in float32
+        s = tl.dot(q.to(tl.float32), k.to(tl.float32))
+    elif IEEE_DOT:
         s = tl.dot(q, k, input_precision="ieee")
     else:
         s = tl.dot(q, k)
@@ -107,7 +111,9 @@ def _attend_kv_tile(
     acc = acc * alpha[:, None]
     v = tl.load(v_head_ptr + v_row[:, None] + dims[None, :],
                 mask=in_range[:, None] & dim_valid[None, :], other=0.0)  # [BLOCK_N, HEAD_PAD]
-    if IEEE_DOT:
+    if INTERPRET:
+        acc += tl.dot(p.to(v.dtype).to(tl.float32), v.to(tl.float32))  # same rounding of p as compiled
+    elif IEEE_DOT:
         acc += tl.dot(p.to(v.dtype), v, input_precision="ieee")
     else:
         acc += tl.dot(p.to(v.dtype), v)
@@ -194,14 +200,14 @@ def _paged_attention_kernel(
             m_i, l_i, acc = _attend_kv_tile(
                 q, m_i, l_i, acc, kv_tile, kv_end, q_pos, block_table_row, k_head_ptr, v_head_ptr,
                 stride_kb, stride_ks, stride_vb, stride_vs, scale_log2, BLOCK_SIZE, BLOCK_N, HEAD_SIZE, HEAD_PAD,
-                IEEE_DOT)
+                IEEE_DOT, INTERPRET)
             kv_tile += 1
     else:
         for kv_tile in range(tile_lo, tile_hi):
             m_i, l_i, acc = _attend_kv_tile(
                 q, m_i, l_i, acc, kv_tile, kv_end, q_pos, block_table_row, k_head_ptr, v_head_ptr,
                 stride_kb, stride_ks, stride_vb, stride_vs, scale_log2, BLOCK_SIZE, BLOCK_N, HEAD_SIZE, HEAD_PAD,
-                IEEE_DOT)
+                IEEE_DOT, INTERPRET)
 
     has_keys = l_i > 0.0  # false only for padding rows and for splits with no key in range
     l_safe = tl.where(has_keys, l_i, 1.0)

@@ -141,21 +141,57 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None, logger=None) -> dict
     progress = _progress_bar(cfg, len(requests), f"{cfg.allocator.name}")
     wall0 = time.perf_counter()
     try:
-        engine = Engine(prep.allocator, prep.executor, sched_cfg,
-                        max_steps=eng.get("max_steps"), progress=progress.update_to if progress else None)
+        engine = Engine(prep.allocator, prep.executor, sched_cfg, max_steps=eng.get("max_steps"),
+                        progress=progress.update_to if progress else None,
+                        memmap_every=int(eng.get("memmap_every") or 0))
         out = engine.run(requests)
     finally:
         if progress:
             progress.close()
-    summary = _identity(cfg, prep, run_id) | out.summary
+    summary = _identity(cfg, prep, run_id) | out.summary | _extras(cfg, prep, out)
     summary["wall_s"] = time.perf_counter() - wall0
-    summary["num_steps"] = len(out.steps)
     run_dir = Path(run_dir) if run_dir is not None else Path(cfg.results_dir) / "runs" / str(cfg.experiment_name) / run_id
     index = Path(cfg.results_dir) / "index.jsonl"
+    if out.memmap is not None:
+        _save_npz(run_dir / "memmap.npz", out.memmap)
     write_run(run_dir, summary, out.steps, out.requests, index)
     if logger is not None:
         _log(logger, cfg, summary, out)
     return summary
+
+
+def _extras(cfg: DictConfig, prep: Prepared, out) -> dict:
+    """Knobs and timing splits beyond the design's columns, for the studies and figures."""
+    wl, eng = cfg.workload, cfg.engine
+    steps = out.steps
+    generated = float(steps["num_seqs"].sum() - 0) if len(steps) else 0.0
+    sampled = float((out.requests["output_len"] * out.requests["n"]).sum()) if len(out.requests) else 0.0
+    extras = {
+        "n": int(wl.get("n", 1)),
+        "beam_width": int(wl.get("beam_width", 1)),
+        "prefix_len": int(wl.prefix_len) if wl.get("prefix_len") is not None else None,
+        "preemption": str(eng.preemption),
+        "chunked_prefill": bool(eng.chunked_prefill),
+        "max_num_batched_tokens": int(eng.max_num_batched_tokens),
+        "attention": str(eng.attention) if cfg.backend.name == "hf" else None,
+        "gpu_count": int(cfg.gpu.get("count", 1)) if cfg.backend.name == "sim" else None,
+        "num_steps": len(steps),
+        "mean_step_s": float(steps["step_s"].mean()) if len(steps) else None,
+    }
+    for key in ("attention_s", "forward_s", "sampling_s", "copy_s", "swap_s", "schedule_s"):
+        total = float(steps[key].sum()) if key in steps and len(steps) else float("nan")
+        extras[f"{key}_per_token"] = total / sampled if sampled and total == total else None
+    del generated
+    return extras
+
+
+def _save_npz(path: Path, arrays: dict) -> None:
+    import numpy as np
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp.npz")
+    np.savez_compressed(tmp, **arrays)
+    os.replace(tmp, path)
 
 
 def _log(logger, cfg: DictConfig, summary: dict, out) -> None:

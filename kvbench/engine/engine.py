@@ -25,14 +25,18 @@ class EngineOutput:
     steps: pd.DataFrame
     requests: pd.DataFrame
     outputs: dict[int, list[list[int]]]  # request_id -> generated tokens of each sample (best beam first)
+    memmap: dict | None = None  # pool snapshots: time_s [S], category [S, slots] int8, owner [S, slots] int32
 
 
 class Engine:
     """Runs requests to completion; between two runs only the allocator should change."""
 
     def __init__(self, allocator: Allocator, executor, cfg: SchedulerConfig, *,
-                 max_steps: int | None = None, progress: Callable[[int], None] | None = None) -> None:
+                 max_steps: int | None = None, progress: Callable[[int], None] | None = None,
+                 memmap_every: int = 0) -> None:
         self.allocator = allocator
+        self.memmap_every = memmap_every
+        self._snapshots: list[tuple[float, object, object]] = []
         self.executor = executor
         self.cfg = cfg
         self.max_steps = max_steps
@@ -71,6 +75,8 @@ class Engine:
             final_lens = {s.seq_id: g.request.prompt_len + g.request.output_len - 1
                           for g in sched.running for s in g.seqs}
             usage = self.allocator.usage(final_lens)
+            if self.memmap_every and step % self.memmap_every == 0:
+                self._snapshot(now, final_lens)
             logical = sum(s.num_computed for g in sched.running for s in g.seqs)
             schedule_s = time.perf_counter() - t0
             result = self.executor.execute(batch)
@@ -93,7 +99,36 @@ class Engine:
         summary = summarize(steps, reqs, num_preemptions=sched.num_preemptions,
                             prefix_hit_rate=self.allocator.stats().get("prefix_hit_rate"))
         outputs = {g.request_id: self._outputs_of(g) for g in groups if g.status is GroupStatus.FINISHED}
-        return EngineOutput(summary, steps, reqs, outputs)
+        memmap = None
+        if self._snapshots:
+            import numpy as np
+
+            memmap = {"time_s": np.array([t for t, _, _ in self._snapshots]),
+                      "category": np.stack([c for _, c, _ in self._snapshots]),
+                      "owner": np.stack([o for _, _, o in self._snapshots])}
+        return EngineOutput(summary, steps, reqs, outputs, memmap)
+
+    def _snapshot(self, now: float, final_lens: dict[int, int]) -> None:
+        """Category (0 external, 1 token, 2 reserved, 3 internal) and owner request of every slot."""
+        import numpy as np
+
+        alloc = self.allocator
+        bs = alloc.block_size
+        category = np.zeros(alloc.num_slots, dtype=np.int8)
+        owner = np.full(alloc.num_slots, -1, dtype=np.int32)
+        spans = []
+        for group in self.scheduler.running:
+            for seq in group.seqs:
+                table = np.asarray(alloc.block_table(seq.seq_id), dtype=np.int64)
+                slots = (table[:, None] * bs + np.arange(bs)).ravel()
+                spans.append((slots, alloc.num_tokens(seq.seq_id), final_lens[seq.seq_id], group.request_id))
+        for cat in (3, 2, 1):  # later passes win: a slot is token over reserved over internal
+            for slots, ntok, final, rid in spans:
+                pos = np.arange(len(slots))
+                mask = (pos >= final) if cat == 3 else ((pos >= ntok) & (pos < final)) if cat == 2 else (pos < ntok)
+                category[slots[mask]] = cat
+                owner[slots[mask]] = rid
+        self._snapshots.append((now, category, owner))
 
     # -- per-step output processing ----------------------------------------------------------
     def _new_group(self, request: Request) -> Group:
