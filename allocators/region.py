@@ -208,7 +208,7 @@ class RegionAllocator(Allocator):
         start_block = self._take_region(nblocks)
         if start_block is None:
             return False
-        self._queue_copy(seq.start, start_block * self.block_size, seq.num_tokens - 1)
+        self._queue_copy(seq.start, start_block * self.block_size, seq.num_tokens)
         self._give_region(seq.start_block, seq.nblocks)
         self._num_moves += 1
         seq.start_block, seq.nblocks = start_block, nblocks
