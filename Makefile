@@ -4,7 +4,15 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: setup demo test test-slow bench figs paper paper-quick clean
+.PHONY: setup demo test test-slow bench figs paper paper-quick gpu-check clean
+RESULTS ?= results/reference
+PAPER_EXPERIMENTS := paper-breakdown paper-batch-sharegpt paper-batch-alpaca paper-block-size paper-memmap \
+	paper-sharing-parallel paper-sharing-beam paper-sharing-prefix paper-pressure \
+	paper-rate-opt13b-sharegpt paper-rate-opt66b-sharegpt paper-rate-opt175b-sharegpt \
+	paper-rate-opt13b-alpaca paper-rate-opt66b-alpaca paper-rate-opt175b-alpaca
+PAPER_HF_EXPERIMENTS := paper-token-time
+QUICK_OVERRIDES := workload.duration_s=120
+JOBS ?= 2
 
 setup: $(STAMP)
 
@@ -28,9 +36,31 @@ test: setup
 test-slow: setup
 	$(BIN)/python -m pytest -q -m slow
 
+# Saves each run under .benchmarks/ and compares with the last saved run when there is one.
 bench: setup
-	$(BIN)/python -m pytest tests/benchmarks -q --benchmark-only --benchmark-autosave --benchmark-compare --benchmark-columns=min,median,mean,rounds -p no:randomly || \
-	$(BIN)/python -m pytest tests/benchmarks -q --benchmark-only --benchmark-autosave --benchmark-columns=min,median,mean,rounds
+	@if ls .benchmarks/*/*.json >/dev/null 2>&1; then CMP=--benchmark-compare; else CMP=; fi; \
+	$(BIN)/python -m pytest tests/benchmarks -q -p no:cacheprovider --benchmark-only --benchmark-autosave $$CMP \
+		--benchmark-columns=min,median,mean,rounds --benchmark-sort=name
+
+# Every figure from stored results alone (default: the committed reference results).
+figs: setup
+	$(BIN)/python -m paper_figs all --index $(RESULTS)/index.jsonl
+
+# The studies at paper scale (simulated; hours on 2 cores), then the figures from results/.
+paper: setup
+	for e in $(PAPER_EXPERIMENTS); do $(BIN)/kvbench -m experiment=$$e hydra/launcher=joblib hydra.launcher.n_jobs=$(JOBS) || exit 1; done
+	for e in $(PAPER_HF_EXPERIMENTS); do $(BIN)/kvbench -m experiment=$$e || exit 1; done
+	$(MAKE) figs RESULTS=results
+
+# The same studies on 2-minute traces (under 10 minutes here).
+paper-quick: setup
+	for e in $(PAPER_EXPERIMENTS); do $(BIN)/kvbench -m experiment=$$e $(QUICK_OVERRIDES) progress=false hydra/launcher=joblib hydra.launcher.n_jobs=$(JOBS) || exit 1; done
+	for e in $(PAPER_HF_EXPERIMENTS); do $(BIN)/kvbench -m experiment=$$e progress=false || exit 1; done
+	$(MAKE) figs RESULTS=results
+
+# On a machine with a GPU and nothing installable: see shared notes and scripts/gpu_check.sh.
+gpu-check:
+	bash scripts/gpu_check.sh
 
 clean:
 	rm -rf $(VENV) outputs multirun results/runs results/index.* .benchmarks

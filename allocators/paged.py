@@ -12,6 +12,10 @@ Free list: a deque; allocation pops from the front, ``free`` pushes the sequence
 to the back in reverse table order (tail block first), so the least recently freed block is
 reused first.
 
+Admission: NEVER only when the prompt is longer than ``max_len`` or needs more blocks than
+the pool has; LATER when fewer blocks are free than the prompt needs. A sequence whose
+``max_len`` exceeds the pool is admitted: it gets None from ``grow`` once the pool is full.
+
 Invariants (check_invariants):
   * ``ref[b]`` equals the number of block-table entries naming ``b``; ``ref[b] >= 0``;
   * a block is in the free list (exactly once) iff ``ref[b] == 0``; free + used == num_blocks;
@@ -70,7 +74,7 @@ class PagedAllocator(Allocator):
         self._num_copy_ops = 0
         self._copied_slots = 0
 
-    # -- free list (overridden by the prefix-caching subclass) --------------------------------
+    # -- free list (overridden by the prefix-caching subclass; any container with len) --------
     def _init_free_list(self) -> None:
         self._free: deque[int] = deque(range(self.num_blocks))
 
@@ -81,9 +85,6 @@ class PagedAllocator(Allocator):
     def _release_blocks(self, blocks: list[int]) -> None:
         """Blocks whose last reference was just dropped, tail block first."""
         self._free.extend(blocks)
-
-    def _num_free(self) -> int:
-        return len(self._free)
 
     # -- lifecycle -------------------------------------------------------------------------
     def _refuse(self, seq_id: int, prompt: Sequence[int], max_len: int, final_len: int | None) -> Admission | None:
@@ -105,8 +106,8 @@ class PagedAllocator(Allocator):
         if refusal is not None:
             return refusal
         need = ceil_div(len(prompt), self.block_size)
-        if need > self._num_free():
-            return Admission(Fit.LATER, f"prompt needs {need} blocks; {self._num_free()} free")
+        if need > len(self._free):
+            return Admission(Fit.LATER, f"prompt needs {need} blocks; {len(self._free)} free")
         self._seqs[seq_id] = _PagedSeq(self._take_fresh(need), 0, len(prompt), max_len)
         if self.debug:
             self.check_invariants()
@@ -153,11 +154,11 @@ class PagedAllocator(Allocator):
             if index < len(table):
                 block = table[index]
                 if self._ref[block] > 1:
-                    if not self._num_free():
+                    if not self._free:
                         return None
                     block = self._copy_on_write(seq, index)
             else:
-                if not self._num_free():
+                if not self._free:
                     return None
                 block = self._take_block()
                 self._ref[block] = 1
@@ -174,7 +175,7 @@ class PagedAllocator(Allocator):
         ref = self._ref
         shared = [i for i in range(first, min(last + 1, len(table))) if ref[table[i]] > 1]
         new_blocks = max(0, last + 1 - len(table))
-        if len(shared) + new_blocks > self._num_free():
+        if len(shared) + new_blocks > len(self._free):
             return None
         for index in shared:
             self._copy_on_write(seq, index)
@@ -309,7 +310,7 @@ class PagedAllocator(Allocator):
         return count, filled_total, reserved, internal
 
     def _used_blocks(self) -> int:
-        return self.num_blocks - self._num_free()
+        return self.num_blocks - len(self._free)
 
     def usage(self, final_lens: Mapping[int, int]) -> MemoryUsage:
         used = self._used_blocks()

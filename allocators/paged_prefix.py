@@ -76,7 +76,7 @@ class PagedPrefixAllocator(PagedAllocator):
         block, _ = self._free.popitem(last=False)
         h = self._block_hash[block]
         if h is not None:  # evict the cached block
-            pass
+            del self._hash_to_block[h]
             self._block_hash[block] = None
             self._block_key[block] = None
             self._evictions += 1

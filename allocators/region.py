@@ -21,9 +21,11 @@ Token counts are rounded up to whole blocks, then by the subclass to a size it c
 (buddy: a power of two of at least ``2**min_order`` blocks). A region is at least one block.
 
 Admission refuses with NEVER when the prompt is longer than ``max_len``, when ``max_len``
-exceeds ``max_model_len``, or when the (initial) region is larger than the largest region
-the pool can ever hold; with LATER when no free space is large enough now. A pow2 or oracle
-sequence that grows past its region (its final_len was wrong) raises AllocatorError.
+exceeds ``max_model_len``, when (pow2, oracle) ``final_len`` exceeds ``max_len``, or when the
+(initial) region is larger than the largest region the pool can ever hold; with LATER when
+no free space is large enough now. pow2 and oracle raise AllocatorError when final_len is
+None or shorter than the prompt, and when a sequence grows past its region (its final_len
+was wrong).
 
 Subclasses implement the free-space books: ``_round_blocks``, ``_take_region``,
 ``_give_region``, ``_free_block_count``, ``_check_free_space`` and set
@@ -111,7 +113,7 @@ class RegionAllocator(Allocator):
 
     @abc.abstractmethod
     def _check_free_space(self, owner: list[int | None]) -> None:
-        """Assert the free-space structure is sound and marks exactly the blocks owner leaves None."""
+        """Assert the free-space books are sound and disjoint from owned blocks (owner[b]: seq id or None)."""
 
     # -- reservation -------------------------------------------------------------------------
     def _reserve_tokens(self, held: int, prompt_len: int, max_len: int, final_len: int | None) -> int:
@@ -154,6 +156,8 @@ class RegionAllocator(Allocator):
             return Admission(Fit.NEVER, f"prompt of {prompt_len} tokens is longer than max_len={max_len}")
         if max_len > self.max_model_len:
             return Admission(Fit.NEVER, f"max_len={max_len} exceeds max_model_len={self.max_model_len}")
+        if final_len is not None and final_len > max_len and self.reserve in ("pow2", "oracle"):
+            return Admission(Fit.NEVER, f"final_len={final_len} exceeds max_len={max_len}")
         nblocks = self._blocks_for(self._reserve_tokens(prompt_len, prompt_len, max_len, final_len))
         if nblocks > self._max_region_blocks:
             return Admission(

@@ -38,7 +38,9 @@ def __getattr__(name: str):
     if name in _TRITON_OPS:
         import importlib
 
-        return getattr(importlib.import_module(_TRITON_OPS[name]), name)
+        op = getattr(importlib.import_module(_TRITON_OPS[name]), name)
+        globals()[name] = op  # later lookups skip __getattr__
+        return op
     raise AttributeError(f"module 'kernels' has no attribute {name!r}")
 
 

@@ -309,7 +309,7 @@ def choose_num_splits(num_seqs: int, num_kv_heads: int, max_context: int, num_sm
 def _check_device(tensor: torch.Tensor) -> None:
     require(tensor.device.type == "cuda" or INTERPRETED,
             f"the Triton kernels need CUDA tensors (got {tensor.device}); on the CPU set TRITON_INTERPRET=1 "
-            "before triton is first imported, or use the torch backend (kernels.get_ops('torch'))")
+            "before kernels.attention is first imported, or use the torch backend (kernels.get_ops('torch'))")
 
 
 def device_guard(tensor: torch.Tensor):

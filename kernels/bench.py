@@ -119,7 +119,7 @@ def copy_bandwidth(timer: Timer, device: str) -> float:
 def _sdpa(q, k, v, causal: bool):
     try:
         return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True)
-    except TypeError:  # torch < 2.5: no enable_gqa
+    except (TypeError, RuntimeError):  # torch < 2.5 (no enable_gqa) or no GQA-capable SDPA backend
         group = q.shape[1] // k.shape[1]
         return torch.nn.functional.scaled_dot_product_attention(
             q, k.repeat_interleave(group, 1), v.repeat_interleave(group, 1), is_causal=causal)
@@ -213,6 +213,20 @@ def write_csv(rows: list[Row], path: str) -> None:
     os.replace(partial, path)
 
 
+def read_csv(path: str) -> list[Row]:
+    types = {f.name: f.type for f in fields(Row)}
+    cast = {"int": int, "float": float, "str": str}
+    with open(path, newline="") as f:
+        return [Row(**{k: cast[types[k]](v) for k, v in r.items()}) for r in csv.DictReader(f)]
+
+
+def report(rows: list[Row]) -> str:
+    """Short table: the headline decode shape across block sizes, then the target verdicts."""
+    key = {k: v for k, v in TARGET.items() if k != "block_size"}
+    picked = [r for r in rows if all(getattr(r, k) == v for k, v in key.items())]
+    return "\n".join([table(picked or rows[:12]), *summary(rows)])
+
+
 def table(rows: list[Row]) -> str:
     head = f"{'mode':8}{'Hkv':>4}{'block':>6}{'B':>5}{'ctx':>6}{'splits':>7}{'us':>10}{'GB/s':>9}{'%copy':>7}" \
            f"{'TFLOP/s':>9}{'/sdpa':>7}{'/1blk':>7}"
@@ -248,7 +262,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--smoke", action="store_true", help="tiny sizes; runs on the CPU (Triton interpreter)")
     parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16"])
     parser.add_argument("--budget-s", type=float, default=210.0, help="stop starting new points after this")
+    parser.add_argument("--report", metavar="CSV", help="print the short table of a finished run and exit")
     args = parser.parse_args(argv)
+    if args.report:
+        print(report(read_csv(args.report)))
+        return 0
 
     cuda = torch.cuda.is_available()
     if args.smoke:

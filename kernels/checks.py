@@ -66,59 +66,76 @@ def _dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
+def _check_tensor(name: str, tensor, layout: str, dims: int, *, dtype: torch.dtype | None = None,
+                  device: torch.device | None = None, dense_last: bool = True) -> None:
+    """Type, rank, dtype (exact or one of SUPPORTED_DTYPES), device, and a contiguous last dimension."""
+    require(isinstance(tensor, torch.Tensor), f"{name} must be a torch.Tensor, got {type(tensor).__name__}")
+    require(tensor.dim() == dims, f"{name} must be {layout}, got shape {list(tensor.shape)}")
+    if dtype is None:
+        require(tensor.dtype in SUPPORTED_DTYPES,
+                f"{name} dtype must be float32, float16 or bfloat16, got {_dtype_name(tensor.dtype)}")
+    else:
+        require(tensor.dtype == dtype, f"{name} must be {_dtype_name(dtype)}, got {_dtype_name(tensor.dtype)}")
+    if device is not None:
+        require(tensor.device == device, f"{name} is on {tensor.device}, the cache on {device}")
+    if dense_last and tensor.dim():
+        require(tensor.stride(-1) == 1, f"{name} must be contiguous in its last dimension (stride(-1) == 1), "
+                                        f"got strides {tensor.stride()}")
+
+
+def _same(what: str, a, b) -> None:
+    require(a == b, f"key_cache and value_cache {what} differ: {a} vs {b}")
+
+
 def check_pool(key_cache: torch.Tensor, value_cache: torch.Tensor) -> PoolShape:
-    for name, cache in (("key_cache", key_cache), ("value_cache", value_cache)):
-        require(isinstance(cache, torch.Tensor), f"{name} must be a torch.Tensor, got {type(cache).__name__}")
-        require(cache.dim() == 4, f"{name} must be [num_blocks, block_size, num_kv_heads, head_size], got shape {tuple(cache.shape)}")
-        require(cache.dtype in SUPPORTED_DTYPES, f"{name} dtype must be float32, float16 or bfloat16, got {_dtype_name(cache.dtype)}")
-        require(cache.stride(-1) == 1, f"{name} must be contiguous in head_size (stride(-1) == 1), got strides {cache.stride()}")
-    require(key_cache.shape == value_cache.shape, f"key_cache and value_cache shapes differ: {tuple(key_cache.shape)} vs {tuple(value_cache.shape)}")
-    require(key_cache.dtype == value_cache.dtype, f"key_cache and value_cache dtypes differ: {_dtype_name(key_cache.dtype)} vs {_dtype_name(value_cache.dtype)}")
-    require(key_cache.device == value_cache.device, f"key_cache and value_cache are on different devices: {key_cache.device} vs {value_cache.device}")
+    layout = "[num_blocks, block_size, num_kv_heads, head_size]"
+    _check_tensor("key_cache", key_cache, layout, 4)
+    _check_tensor("value_cache", value_cache, layout, 4)
+    _same("shapes", list(key_cache.shape), list(value_cache.shape))
+    _same("dtypes", _dtype_name(key_cache.dtype), _dtype_name(value_cache.dtype))
+    _same("devices", key_cache.device, value_cache.device)
     num_blocks, block_size, num_kv_heads, head_size = key_cache.shape
-    require(block_size >= 1 and num_kv_heads >= 1, f"cache block_size and num_kv_heads must be >= 1, got shape {tuple(key_cache.shape)}")
+    require(block_size >= 1 and num_kv_heads >= 1,
+            f"cache block_size and num_kv_heads must be >= 1, got shape {list(key_cache.shape)}")
     require(1 <= head_size <= MAX_HEAD_SIZE, f"head_size must be in [1, {MAX_HEAD_SIZE}], got {head_size}")
     return PoolShape(num_blocks, block_size, num_kv_heads, head_size)
 
 
-def _check_index(name: str, tensor: torch.Tensor, dtype: torch.dtype, dims: int, device: torch.device) -> None:
-    require(isinstance(tensor, torch.Tensor), f"{name} must be a torch.Tensor, got {type(tensor).__name__}")
-    require(tensor.dtype == dtype, f"{name} must be {_dtype_name(dtype)}, got {_dtype_name(tensor.dtype)}")
-    require(tensor.dim() == dims, f"{name} must have {dims} dimension(s), got shape {tuple(tensor.shape)}")
-    require(tensor.device == device, f"{name} is on {tensor.device}, expected {device} like the cache")
+def _check_like(name: str, tensor, like: torch.Tensor, like_name: str) -> None:
+    """Same dtype and device as ``like`` (the query or the cache)."""
+    require(tensor.dtype == like.dtype,
+            f"{name} dtype {_dtype_name(tensor.dtype)} differs from the {like_name} dtype {_dtype_name(like.dtype)}")
+    require(tensor.device == like.device, f"{name} is on {tensor.device}, the {like_name} on {like.device}")
 
 
 def check_attention_args(query, key_cache, value_cache, block_tables, context_lens, query_start_loc,
                          scale, out, num_splits) -> AttentionShape:
     pool = check_pool(key_cache, value_cache)
     device = key_cache.device
-    require(isinstance(query, torch.Tensor), f"query must be a torch.Tensor, got {type(query).__name__}")
-    require(query.dim() == 3, f"query must be [num_tokens, num_heads, head_size], got shape {tuple(query.shape)}")
-    require(query.dtype == key_cache.dtype, f"query dtype {_dtype_name(query.dtype)} differs from the cache dtype {_dtype_name(key_cache.dtype)}")
-    require(query.device == device, f"query is on {query.device}, the cache on {device}")
-    require(query.stride(-1) == 1, f"query must be contiguous in head_size (stride(-1) == 1), got strides {query.stride()}")
+    _check_tensor("query", query, "[num_tokens, num_heads, head_size]", 3)
+    _check_like("query", query, key_cache, "cache")
     num_tokens, num_heads, head_size = query.shape
-    require(head_size == pool.head_size, f"query head_size {head_size} differs from the cache head_size {pool.head_size}")
+    require(head_size == pool.head_size,
+            f"query head_size {head_size} differs from the cache head_size {pool.head_size}")
     require(num_heads >= 1 and num_heads % pool.num_kv_heads == 0,
             f"num_heads ({num_heads}) must be a positive multiple of num_kv_heads ({pool.num_kv_heads})")
 
-    _check_index("block_tables", block_tables, torch.int32, 2, device)
-    _check_index("context_lens", context_lens, torch.int32, 1, device)
-    _check_index("query_start_loc", query_start_loc, torch.int32, 1, device)
+    _check_tensor("block_tables", block_tables, "[num_seqs, max_blocks]", 2, dtype=torch.int32, device=device)
+    _check_tensor("context_lens", context_lens, "[num_seqs]", 1, dtype=torch.int32, device=device)
+    _check_tensor("query_start_loc", query_start_loc, "[num_seqs + 1]", 1, dtype=torch.int32, device=device)
     num_seqs = context_lens.shape[0]
-    require(block_tables.shape[0] == num_seqs, f"block_tables has {block_tables.shape[0]} rows, context_lens {num_seqs} sequences")
-    require(block_tables.stride(-1) == 1, f"block_tables rows must be contiguous (stride(-1) == 1), got strides {block_tables.stride()}")
-    require(query_start_loc.shape[0] == num_seqs + 1, f"query_start_loc must have num_seqs + 1 = {num_seqs + 1} entries, got {query_start_loc.shape[0]}")
+    require(block_tables.shape[0] == num_seqs,
+            f"block_tables has {block_tables.shape[0]} rows, context_lens {num_seqs} sequences")
+    require(query_start_loc.shape[0] == num_seqs + 1,
+            f"query_start_loc must have num_seqs + 1 = {num_seqs + 1} entries, got {query_start_loc.shape[0]}")
     require(num_seqs > 0 or num_tokens == 0, f"query has {num_tokens} tokens but there are no sequences")
 
     require(isinstance(scale, (int, float)) and not isinstance(scale, bool) and math.isfinite(scale),
             f"scale must be a finite Python number, got {scale!r}")
     if out is not None:
-        require(isinstance(out, torch.Tensor), f"out must be a torch.Tensor, got {type(out).__name__}")
-        require(out.shape == query.shape, f"out shape {tuple(out.shape)} differs from query shape {tuple(query.shape)}")
-        require(out.dtype == query.dtype, f"out dtype {_dtype_name(out.dtype)} differs from query dtype {_dtype_name(query.dtype)}")
-        require(out.device == device, f"out is on {out.device}, expected {device}")
-        require(out.stride(-1) == 1, f"out must be contiguous in head_size (stride(-1) == 1), got strides {out.stride()}")
+        _check_tensor("out", out, "[num_tokens, num_heads, head_size]", 3)
+        require(out.shape == query.shape, f"out shape {list(out.shape)} differs from query shape {list(query.shape)}")
+        _check_like("out", out, query, "query")
     if num_splits is not None:
         require(isinstance(num_splits, int) and not isinstance(num_splits, bool) and 1 <= num_splits <= MAX_SPLITS,
                 f"num_splits must be None or an integer in [1, {MAX_SPLITS}], got {num_splits!r}")
@@ -135,10 +152,13 @@ def _check_attention_values(shape: AttentionShape, block_tables, context_lens, q
     q_lens = qsl[1:] - qsl[:-1]
     require(int(qsl[0]) == 0, f"query_start_loc[0] must be 0, got {int(qsl[0])}")
     require(bool((q_lens >= 0).all()), "query_start_loc must be non-decreasing")
-    require(int(qsl[-1]) == shape.num_tokens, f"query_start_loc[-1] ({int(qsl[-1])}) must equal the number of query tokens ({shape.num_tokens})")
-    require(bool((q_lens <= ctx).all()), "each context_lens[b] must be >= its query length (context includes the new tokens)")
+    require(int(qsl[-1]) == shape.num_tokens,
+            f"query_start_loc[-1] ({int(qsl[-1])}) must equal the number of query tokens ({shape.num_tokens})")
+    require(bool((q_lens <= ctx).all()),
+            "each context_lens[b] must be >= its query length (the context includes the new tokens)")
     capacity = shape.max_blocks * shape.pool.block_size
-    require(bool((ctx <= capacity).all()), f"context_lens exceed the block table capacity ({shape.max_blocks} blocks x {shape.pool.block_size})")
+    require(bool((ctx <= capacity).all()),
+            f"context_lens exceed the block table capacity ({shape.max_blocks} blocks x {shape.pool.block_size})")
     bt = block_tables.cpu().long()
     for b in range(shape.num_seqs):
         used = bt[b, : -(-int(ctx[b]) // shape.pool.block_size)]
@@ -148,16 +168,16 @@ def _check_attention_values(shape: AttentionShape, block_tables, context_lens, q
 
 def check_store_args(key, value, key_cache, value_cache, slot_mapping) -> PoolShape:
     pool = check_pool(key_cache, value_cache)
+    layout = f"[num_tokens, {pool.num_kv_heads}, {pool.head_size}] to match the cache"
     for name, new in (("key", key), ("value", value)):
-        require(isinstance(new, torch.Tensor), f"{name} must be a torch.Tensor, got {type(new).__name__}")
-        require(new.dim() == 3 and tuple(new.shape[1:]) == (pool.num_kv_heads, pool.head_size),
-                f"{name} must be [num_tokens, {pool.num_kv_heads}, {pool.head_size}] to match the cache, got shape {tuple(new.shape)}")
-        require(new.dtype == key_cache.dtype, f"{name} dtype {_dtype_name(new.dtype)} differs from the cache dtype {_dtype_name(key_cache.dtype)}")
-        require(new.device == key_cache.device, f"{name} is on {new.device}, the cache on {key_cache.device}")
-        require(new.stride(-1) == 1, f"{name} must be contiguous in head_size (stride(-1) == 1), got strides {new.stride()}")
-    require(key.shape == value.shape, f"key and value shapes differ: {tuple(key.shape)} vs {tuple(value.shape)}")
-    _check_index("slot_mapping", slot_mapping, torch.int64, 1, key_cache.device)
-    require(slot_mapping.shape[0] == key.shape[0], f"slot_mapping has {slot_mapping.shape[0]} entries, key {key.shape[0]} tokens")
+        _check_tensor(name, new, layout, 3)
+        require(tuple(new.shape[1:]) == (pool.num_kv_heads, pool.head_size),
+                f"{name} must be {layout}, got shape {list(new.shape)}")
+        _check_like(name, new, key_cache, "cache")
+    require(key.shape == value.shape, f"key and value shapes differ: {list(key.shape)} vs {list(value.shape)}")
+    _check_tensor("slot_mapping", slot_mapping, "[num_tokens]", 1, dtype=torch.int64, device=key_cache.device)
+    require(slot_mapping.shape[0] == key.shape[0],
+            f"slot_mapping has {slot_mapping.shape[0]} entries, key {key.shape[0]} tokens")
     if _debug_checks and slot_mapping.numel():
         require(int(slot_mapping.max()) < pool.num_slots, f"slot_mapping has a slot >= num_slots ({pool.num_slots})")
         valid = slot_mapping[slot_mapping >= 0]
@@ -167,12 +187,15 @@ def check_store_args(key, value, key_cache, value_cache, slot_mapping) -> PoolSh
 
 def check_copy_args(key_cache, value_cache, src_slots, dst_slots) -> PoolShape:
     pool = check_pool(key_cache, value_cache)
-    _check_index("src_slots", src_slots, torch.int64, 1, key_cache.device)
-    _check_index("dst_slots", dst_slots, torch.int64, 1, key_cache.device)
-    require(src_slots.shape == dst_slots.shape, f"src_slots and dst_slots lengths differ: {src_slots.shape[0]} vs {dst_slots.shape[0]}")
+    _check_tensor("src_slots", src_slots, "[n]", 1, dtype=torch.int64, device=key_cache.device)
+    _check_tensor("dst_slots", dst_slots, "[n]", 1, dtype=torch.int64, device=key_cache.device)
+    require(src_slots.shape == dst_slots.shape,
+            f"src_slots and dst_slots lengths differ: {src_slots.shape[0]} vs {dst_slots.shape[0]}")
     if _debug_checks and src_slots.numel():
         both = torch.cat([src_slots, dst_slots])
-        require(int(both.min()) >= 0 and int(both.max()) < pool.num_slots, f"copy slots must lie in [0, {pool.num_slots})")
-        require(torch.isin(dst_slots, src_slots).sum() == 0, "src_slots and dst_slots overlap; split the copy into ordered calls")
+        require(int(both.min()) >= 0 and int(both.max()) < pool.num_slots,
+                f"copy slots must lie in [0, {pool.num_slots})")
+        require(not bool(torch.isin(dst_slots, src_slots).any()),
+                "src_slots and dst_slots overlap; split the copy into ordered calls (kernels.plan_copies)")
         require(dst_slots.unique().numel() == dst_slots.numel(), "dst_slots writes the same slot twice")
     return pool

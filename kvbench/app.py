@@ -96,7 +96,7 @@ def prepare(cfg: DictConfig) -> Prepared:
         from kvbench.executors.hf import HFExecutor
 
         executor = HFExecutor(cfg.model, cfg.engine, num_slots=num_slots, block_size=allocator.block_size,
-                              device=device, seed=int(cfg.seed))
+                              device=device, seed=int(cfg.seed), backend_cfg=cfg.backend)
     return Prepared(geometry, num_slots * geometry.bytes_per_slot, num_slots, allocator, workload,
                     executor, device, gpu_profile)
 
@@ -163,9 +163,10 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None, logger=None) -> dict
 def _extras(cfg: DictConfig, prep: Prepared, out) -> dict:
     """Knobs and timing splits beyond the design's columns, for the studies and figures."""
     wl, eng = cfg.workload, cfg.engine
-    steps = out.steps
-    generated = float(steps["num_seqs"].sum() - 0) if len(steps) else 0.0
-    sampled = float((out.requests["output_len"] * out.requests["n"]).sum()) if len(out.requests) else 0.0
+    steps, reqs = out.steps, out.requests
+    done = reqs[reqs["status"] == "finished"] if len(reqs) else reqs
+    # tokens the engine generated: every sample and every beam runs to the output length
+    generated = float((done["output_len"] * done[["n", "beam_width"]].max(axis=1)).sum()) if len(done) else 0.0
     extras = {
         "n": int(wl.get("n", 1)),
         "beam_width": int(wl.get("beam_width", 1)),
@@ -180,8 +181,7 @@ def _extras(cfg: DictConfig, prep: Prepared, out) -> dict:
     }
     for key in ("attention_s", "forward_s", "sampling_s", "copy_s", "swap_s", "schedule_s"):
         total = float(steps[key].sum()) if key in steps and len(steps) else float("nan")
-        extras[f"{key}_per_token"] = total / sampled if sampled and total == total else None
-    del generated
+        extras[f"{key}_per_token"] = total / generated if generated and total == total else None
     return extras
 
 
@@ -231,7 +231,7 @@ def format_table(rows: list[dict], columns=SHOW_COLUMNS) -> str:
 
     frame = pd.DataFrame(rows)
     cols = [c for c in columns if c in frame.columns]
-    return frame[cols].to_string(index=False, float_format=lambda x: f"{x:.4g}")
+    return frame[cols].to_string(index=False, float_format=lambda x: f"{x:.4g}", na_rep="-")
 
 
 # -- command line ------------------------------------------------------------------------------

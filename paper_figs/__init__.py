@@ -1,0 +1,11 @@
+"""Paper figures: one module per figure, each with ``draw(index_df, out_dir, results_root)``.
+
+``python -m paper_figs NAME`` draws one figure, ``python -m paper_figs all`` draws them all.
+"""
+from __future__ import annotations
+
+# In the paper's order. Each is a module paper_figs/<name>.py.
+FIGURES: tuple[str, ...] = (
+    "memory_breakdown", "batch_size", "latency_vs_rate", "sharing",
+    "block_size", "memory_pressure", "memory_map", "token_time",
+)  # fmt: skip

@@ -388,7 +388,9 @@ def test_oracle_policies_need_final_len(cls, reserve):
     a = cls(256, block_size=4, reserve=reserve, max_model_len=64)
     with pytest.raises(AllocatorError, match=f"reserve='{reserve}' needs the true final_len"):
         a.admit(1, [1], 64)
-    with pytest.raises(AllocatorError, match=r"final_len=70 must lie in \[1, max_len=64\]"):
-        a.admit(1, [1], 64, 70)
+    with pytest.raises(AllocatorError, match=r"final_len=1 must lie in \[2, max_len=64\]"):
+        a.admit(1, [1, 2], 64, 1)
+    r = a.admit(1, [1], 64, 70)
+    assert r.fit is Fit.NEVER and "final_len=70 exceeds max_len=64" in r.reason
     r = a.admit(1, [1], 65, 2)
     assert r.fit is Fit.NEVER and "max_model_len=64" in r.reason

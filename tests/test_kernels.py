@@ -101,6 +101,27 @@ def test_paged_attention_matches_reference(name):
     check_attention(make_batch(q_lens, context_lens, **kwargs))
 
 
+@pytest.mark.parametrize("seed", range(8))
+def test_paged_attention_random_batches(seed):
+    """Fresh random compositions: sequence count, prefill/decode mix, cached prefixes, page size,
+    GQA group, dtype, forced split count."""
+    gen = torch.Generator().manual_seed(100 + seed)
+    pick = lambda options: options[int(torch.randint(len(options), (1,), generator=gen))]  # noqa: E731
+    num_seqs = int(torch.randint(1, 5, (1,), generator=gen))
+    q_lens, context_lens = [], []
+    for _ in range(num_seqs):
+        q_len = pick([0, 1, 1, 2, 7, 19])
+        q_lens.append(q_len)
+        context_lens.append(q_len + pick([0, 1, 5, 16, 33, 70]) if q_len else pick([1, 9]))
+    num_kv_heads, group = pick([(1, 4), (2, 2), (2, 3), (4, 1)])
+    batch = make_batch(q_lens, context_lens, num_heads=num_kv_heads * group, num_kv_heads=num_kv_heads,
+                       head_size=pick([16, 48, 64]), block_size=pick([1, 3, 8, 16, 64]),
+                       dtype=pick([torch.float32, torch.float16, torch.bfloat16]), seed=seed)
+    if batch[0].shape[0] == 0:
+        return
+    check_attention(batch, num_splits=pick([None, 1, 2, 4]), config=pick([None, AttentionConfig(16, 16, 4, 2)]))
+
+
 @pytest.mark.parametrize("head_size", [64, 80, 96, 128, 256])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_paged_attention_head_sizes(head_size, dtype):
@@ -196,7 +217,7 @@ def test_attention_launcher_errors(op):
         (_replace(batch, 0, query.half()), "query dtype float16 differs from the cache dtype float32"),
         (_replace(batch, 0, torch.randn(3, 3, 32, device=DEVICE)), "must be a positive multiple of num_kv_heads"),
         (_replace(batch, 0, torch.randn(3, 4, 16, device=DEVICE)), "query head_size 16 differs"),
-        (_replace(batch, 0, torch.randn(3, 32, 4, device=DEVICE).transpose(1, 2)), "contiguous in head_size"),
+        (_replace(batch, 0, torch.randn(3, 32, 4, device=DEVICE).transpose(1, 2)), "query must be contiguous in its last dimension"),
         (_replace(batch, 1, key_cache.to(torch.int8)), "key_cache dtype must be float32, float16 or bfloat16"),
         (_replace(batch, 2, value_cache[:, :2]), "key_cache and value_cache shapes differ"),
         (_replace(batch, 3, block_tables.long()), "block_tables must be int32, got int64"),

@@ -1,0 +1,193 @@
+"""Real executor (``backend=hf``): transformers models on the engine's paged KV pool, CPU or CUDA.
+
+Each step runs one forward of a packed batch: the new tokens of every sequence in a row
+(input_ids [1, T], position_ids [1, T], no padding). Attention goes through transformers'
+attention registry to ``kvbench.hf.attention``: the new K/V are stored at the allocator's slot
+mapping and read back through block tables by the kernels (``engine.attention``: ``triton`` or the
+``torch`` reference). Logits are computed only for the rows the step samples. Before the forward,
+swap-outs, the allocator's copy ops and swap-ins run on the pool, in that order.
+
+Timings of a step (``StepResult.timings``; wall time, synchronised on CUDA): ``attention_s`` (inside
+the attention hook: store + paged attention, summed over layers), ``forward_s`` (the rest of the
+forward, the LM head on the sampled rows included), ``sampling_s``, ``copy_s``, ``swap_s``; and
+``duration_s``, the whole ``execute`` (input building included).
+"""
+from __future__ import annotations
+
+import logging
+import time
+
+import kvbench.hf  # noqa: F401  (HF_HUB_OFFLINE before transformers)
+import numpy as np
+import torch
+
+from kvbench.batch import StepBatch, StepResult
+from kvbench.config import ConfigError
+from kvbench.geometry import KVGeometry
+from kvbench.hf.attention import LayerTimer, StepAttention, register, step_attention
+from kvbench.hf.model import DTYPES, build_model
+from kvbench.hf.pool import KVPool
+from kvbench.hf.sampling import Sampler, SamplingParams
+
+log = logging.getLogger(__name__)
+
+CPU_DEFAULT_KV_BYTES = 256 * 2**20  # engine.kv_cache_bytes=null on the CPU: 256 MiB at most
+CUDA_RESERVED_BYTES = 1 * 2**30  # CUDA: left free for activations, logits and the allocator's slack
+
+
+def resolve_device(device: str = "auto") -> str:
+    """``auto`` -> ``cuda`` when a GPU is visible, else ``cpu``; ``cuda`` without a GPU is a ConfigError."""
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("engine.device=cuda but torch sees no CUDA device (use auto or cpu)")
+    if device not in ("cpu", "cuda"):
+        raise ConfigError(f"engine.device must be one of auto, cpu, cuda; got {device!r}")
+    return device
+
+
+def default_kv_cache_bytes(cfg, device: str) -> int:
+    """KV bytes when engine.kv_cache_bytes is null.
+
+    CUDA: engine.kv_cache_fraction of (free device memory - the model's weights, which are not
+    loaded yet - CUDA_RESERVED_BYTES). CPU: CPU_DEFAULT_KV_BYTES, capped by what the engine can
+    ever use (max_num_seqs sequences of max_model_len tokens).
+    """
+    geometry = KVGeometry.from_model_cfg(cfg.model)
+    most_useful = geometry.bytes_per_slot * int(cfg.model.max_model_len) * int(cfg.engine.max_num_seqs)
+    if device == "cuda":
+        free, _ = torch.cuda.mem_get_info()
+        weights = int(cfg.model.num_params) * geometry.dtype_bytes
+        available = free - weights - CUDA_RESERVED_BYTES
+        if available <= 0:
+            raise ConfigError(f"model {cfg.model.name}: its weights ({weights / 2**30:.1f} GiB) leave no free GPU "
+                              f"memory for a KV pool ({free / 2**30:.1f} GiB free); set engine.kv_cache_bytes")
+        return int(min(available * float(cfg.engine.kv_cache_fraction), most_useful))
+    return int(min(CPU_DEFAULT_KV_BYTES, most_useful))
+
+
+class HFExecutor:
+    """Runs StepBatches through a transformers causal LM on a paged KV pool of ``num_slots`` slots."""
+
+    needs_block_tables = True
+
+    def __init__(self, model_cfg, engine_cfg, *, num_slots: int, block_size: int, device: str = "auto",
+                 seed: int = 0, backend_cfg=None, model=None) -> None:
+        self.device = resolve_device(device)
+        self.cuda = self.device == "cuda"
+        threads = engine_cfg.get("threads") if engine_cfg is not None else None
+        if threads and not self.cuda:
+            torch.set_num_threads(int(threads))
+        geometry = KVGeometry.from_model_cfg(model_cfg)
+        if num_slots < block_size or num_slots < 1:
+            raise ConfigError(
+                f"model {model_cfg.name}: the KV pool holds {num_slots} slots ({geometry.bytes_per_slot} bytes each), "
+                f"fewer than one block of {block_size}; raise engine.kv_cache_bytes")
+        if num_slots < int(model_cfg.max_model_len):
+            log.warning("KV pool of %d slots is shorter than max_model_len %d: longer requests are rejected",
+                        num_slots, int(model_cfg.max_model_len))
+        self.block_size = int(block_size)
+        self.num_slots = int(num_slots)
+        attention = str(engine_cfg.get("attention", "torch")) if engine_cfg is not None else "torch"
+        from kernels import get_ops
+
+        self.ops = get_ops(attention)
+        self.model = model if model is not None else build_model(model_cfg, device=self.device, seed=int(seed))
+        self.model.set_attn_implementation(register())
+        self.base = self.model.base_model
+        self.lm_head = self.model.get_output_embeddings()
+        self.pool = KVPool(num_layers=geometry.num_layers, num_slots=self.num_slots, block_size=self.block_size,
+                           num_kv_heads=geometry.num_kv_heads, head_size=geometry.head_size,
+                           dtype=DTYPES[geometry.dtype], device=self.device)
+        self.sampler = Sampler(SamplingParams.from_cfg(backend_cfg), seed=int(seed))
+        self.timer = LayerTimer(self.cuda)
+
+    # -- one step --------------------------------------------------------------------------------
+    def execute(self, batch: StepBatch) -> StepResult:
+        t_start = time.perf_counter()
+        if batch.block_size != self.block_size:
+            raise ValueError(f"batch block_size {batch.block_size} differs from the pool's {self.block_size}")
+        timings = dict.fromkeys(("attention_s", "forward_s", "sampling_s", "copy_s", "swap_s"), 0.0)
+        with torch.inference_mode():
+            if batch.swap_out:
+                t = self._now()
+                for op in batch.swap_out:
+                    self.pool.swap_out(op)
+                timings["swap_s"] += self._now() - t
+            if batch.copy_ops:
+                t = self._now()
+                self.pool.copy(batch.copy_ops, self.ops.copy_slots)
+                timings["copy_s"] = self._now() - t
+            if batch.swap_in:
+                t = self._now()
+                for op in batch.swap_in:
+                    self.pool.swap_in(op)
+                timings["swap_s"] += self._now() - t
+            next_tokens, extra, top = {}, {}, {}
+            if batch.chunks:
+                step, input_ids, positions, sample_rows, sampled = self._inputs(batch)
+                t = self._now()
+                self.timer.reset()
+                with step_attention(step):
+                    hidden = self.base(input_ids=input_ids, position_ids=positions, use_cache=False).last_hidden_state
+                logits = self.lm_head(hidden[0, sample_rows]) if sampled else None
+                t_forward = self._now()
+                attention_s = self.timer.total_s()
+                timings["attention_s"] = attention_s
+                timings["forward_s"] = t_forward - t - attention_s
+                if sampled:
+                    next_tokens, extra, top = self.sampler(logits, sampled)
+                timings["sampling_s"] = self._now() - t_forward
+        duration = time.perf_counter() - t_start
+        return StepResult(next_tokens=next_tokens, duration_s=duration, top_logprobs=top, extra_tokens=extra,
+                          timings=timings)
+
+    def _now(self) -> float:
+        if self.cuda:
+            torch.cuda.synchronize()
+        return time.perf_counter()
+
+    def _inputs(self, batch: StepBatch):
+        """The packed step: StepAttention, input_ids [1, T], position_ids [1, T], the sampled rows and chunks."""
+        chunks = batch.chunks
+        bs = self.block_size
+        num_seqs = len(chunks)
+        token_ids: list[int] = []
+        slots: list[int] = []
+        starts = np.empty(num_seqs + 1, dtype=np.int64)
+        starts[0] = 0
+        context = np.empty(num_seqs, dtype=np.int64)
+        sample_rows: list[int] = []
+        sampled = []
+        width = max(-(-c.context_len // bs) for c in chunks)
+        tables = np.zeros((num_seqs, width), dtype=np.int32)
+        for i, c in enumerate(chunks):
+            token_ids += c.token_ids
+            slots += c.slot_mapping
+            starts[i + 1] = starts[i] + len(c.token_ids)
+            context[i] = c.context_len
+            needed = -(-c.context_len // bs)
+            tables[i, :needed] = c.block_table[:needed]
+            if c.sample:
+                sample_rows.append(int(starts[i + 1]) - 1)
+                sampled.append(c)
+        # positions: context - query_len + arange(query_len) per sequence, vectorised
+        q_lens = np.diff(starts)
+        positions = np.arange(starts[-1], dtype=np.int64) - np.repeat(starts[:-1] - (context - q_lens), q_lens)
+        dev = self.device
+        host = {
+            "input_ids": torch.tensor(token_ids, dtype=torch.int64).view(1, -1),
+            "positions": torch.from_numpy(positions).view(1, -1),
+            "slots": torch.tensor(slots, dtype=torch.int64),
+            "tables": torch.from_numpy(tables),
+            "context": torch.from_numpy(context.astype(np.int32)),
+            "starts": torch.from_numpy(starts.astype(np.int32)),
+            "rows": torch.tensor(sample_rows, dtype=torch.int64),
+        }
+        if self.cuda:
+            host = {k: v.pin_memory().to(dev, non_blocking=True) for k, v in host.items()}
+        step = StepAttention(
+            key_caches=self.pool.key_caches, value_caches=self.pool.value_caches, slot_mapping=host["slots"],
+            block_tables=host["tables"], context_lens=host["context"], query_start_loc=host["starts"],
+            store_kv=self.ops.store_kv, paged_attention=self.ops.paged_attention, timer=self.timer)
+        return step, host["input_ids"], host["positions"], host["rows"], sampled

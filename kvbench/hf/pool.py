@@ -1,0 +1,63 @@
+"""The executor's KV pool: one device tensor for every layer's K and V, and a host pool for swaps.
+
+Layout: ``data`` is [num_layers, 2, num_blocks, block_size, num_kv_heads, head_size]; layer l's key
+cache is ``data[l, 0]`` and its value cache ``data[l, 1]``, each the kernels' per-layer layout
+[num_blocks, block_size, num_kv_heads, head_size] (slot = block * block_size + offset). The host
+pool maps a swapped sequence's key to one CPU tensor [num_layers, 2, tokens, num_kv_heads,
+head_size] holding its K/V in token order from position 0.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+import torch
+
+from kernels.pool import plan_copies
+from kvbench.batch import SwapOp
+
+
+class KVPool:
+    def __init__(self, *, num_layers: int, num_slots: int, block_size: int, num_kv_heads: int, head_size: int,
+                 dtype: torch.dtype, device: str | torch.device) -> None:
+        if num_slots % block_size:
+            raise ValueError(f"num_slots ({num_slots}) must be a multiple of block_size ({block_size})")
+        self.num_layers = num_layers
+        self.num_slots = num_slots
+        self.block_size = block_size
+        self.device = torch.device(device)
+        self.data = torch.zeros((num_layers, 2, num_slots // block_size, block_size, num_kv_heads, head_size),
+                                dtype=dtype, device=self.device)
+        self.key_caches = [self.data[layer, 0] for layer in range(num_layers)]
+        self.value_caches = [self.data[layer, 1] for layer in range(num_layers)]
+        self._slots = self.data.view(num_layers, 2, num_slots, num_kv_heads, head_size)  # slot-major view
+        self.host: dict[int, torch.Tensor] = {}
+
+    @property
+    def nbytes(self) -> int:
+        return self.data.numel() * self.data.element_size()
+
+    def copy(self, ops: Iterable, copy_slots: Callable) -> int:
+        """Apply the allocator's CopyOps in order with the kernel ``copy_slots``; returns slots copied."""
+        copied = 0
+        for src, dst in plan_copies(ops, self.device):
+            for key_cache, value_cache in zip(self.key_caches, self.value_caches):
+                copy_slots(key_cache, value_cache, src, dst)
+            copied += src.numel()
+        return copied
+
+    def swap_out(self, op: SwapOp) -> None:
+        """Device slots -> host pool under ``op.key``; the tokens are those at positions 0.. of the sequence."""
+        if op.offset:
+            raise ValueError(f"swap-out of seq {op.key} must start at position 0, got offset {op.offset}")
+        slots = torch.as_tensor(op.slots, dtype=torch.int64, device=self.device)
+        self.host[op.key] = self._slots[:, :, slots].to("cpu")
+
+    def swap_in(self, op: SwapOp) -> None:
+        """Host pool -> device slots; ``op.slots[0]`` holds position ``op.offset`` (earlier positions were
+        prefix-cached). The host copy is released."""
+        held = self.host.pop(op.key)
+        stop = op.offset + len(op.slots)
+        if stop > held.shape[2]:
+            raise ValueError(f"swap-in of seq {op.key} asks positions [{op.offset}, {stop}) of {held.shape[2]} held")
+        slots = torch.as_tensor(op.slots, dtype=torch.int64, device=self.device)
+        self._slots[:, :, slots] = held[:, :, op.offset:stop].to(self.device, non_blocking=True)

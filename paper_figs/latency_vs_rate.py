@@ -1,0 +1,50 @@
+"""Normalized latency (s/token) against request rate, one line per allocator.
+
+Runs of every experiment whose name starts with ``paper-rate``; one panel per workload
+(columns) and model (rows) when there are several. Burst runs (infinite rate) are left out.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import seaborn as sns
+
+from paper_figs import common
+
+NAME = "latency_vs_rate"
+EXPERIMENT = "paper-rate"  # a prefix: paper-rate-opt13b-sharegpt, ...
+
+
+def draw(index_df: pd.DataFrame, out_dir: str | Path, results_root: str | Path,
+         experiment: str | None = None) -> list[Path]:
+    runs = common.pick(index_df, NAME, experiment or EXPERIMENT, prefix=True,
+                       need=["request_rate", "normalized_latency_s"])
+    if runs is None:
+        return []
+    runs = common.numeric(runs, "request_rate", "normalized_latency_s")
+    runs = runs[np.isfinite(runs["request_rate"])]
+    if runs.empty:
+        return common.skip(NAME, "no runs with a finite request rate")
+    common.setup_style()
+    runs["dataset"] = runs["workload"].map(common.workload_name)
+    order = common.label_order(runs["label"])
+    col = "dataset" if runs["dataset"].nunique() > 1 else None
+    row = "model" if runs["model"].nunique() > 1 else None
+    grid = sns.relplot(
+        data=runs, kind="line", x="request_rate", y="normalized_latency_s",
+        hue="label", hue_order=order, palette=common.palette(order), style="label",
+        style_order=order, markers=True, dashes=False, errorbar="sd",
+        col=col, row=row, height=3.2, aspect=1.25,
+        facet_kws={"sharey": False, "sharex": False},
+    )  # fmt: skip
+    grid.set_axis_labels("request rate (req/s)", "normalized latency (s/token)")
+    grid.set_titles(row_template="{row_name}", col_template="{col_name}")
+    if not (col or row):
+        grid.set_titles("")
+    for ax in grid.axes.flat:
+        ax.set_ylim(bottom=0)
+    sns.move_legend(grid, "lower center", bbox_to_anchor=(0.5, 1.0), ncol=min(len(order), 4),
+                    title=None, frameon=False)
+    return common.save(grid.figure, out_dir, NAME)

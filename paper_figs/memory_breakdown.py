@@ -1,0 +1,54 @@
+"""KV memory breakdown per allocator: token / reserved / internal / external, stacked bars.
+
+Reads the summary's mem_*_frac columns (time-weighted means over the run). One panel per
+workload when the runs cover several; repeated runs (seeds) are averaged.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+
+from paper_figs import common
+
+NAME = "memory_breakdown"
+EXPERIMENT = "paper-breakdown"
+
+
+def draw(index_df: pd.DataFrame, out_dir: str | Path, results_root: str | Path,
+         experiment: str | None = None) -> list[Path]:
+    columns = list(common.CATEGORY_COLUMNS.values())
+    runs = common.pick(index_df, NAME, experiment or EXPERIMENT, need=columns, fallback_any=True)
+    if runs is None:
+        return []
+    common.setup_style()
+    means = common.mean_by(runs, ["workload", "label"], columns)
+    workloads = list(dict.fromkeys(means["workload"]))
+    order = common.label_order(means["label"])
+    width = max(3.2, 0.75 * len(order) + 1.2)
+    fig, axes = plt.subplots(1, len(workloads), figsize=(width * len(workloads), 3.6),
+                             sharey=True, squeeze=False)
+    for ax, workload in zip(axes[0], workloads):
+        frame = means[means["workload"] == workload].set_index("label")
+        labels = [lab for lab in order if lab in frame.index]
+        x = np.arange(len(labels))
+        bottom = np.zeros(len(labels))
+        for category, column in common.CATEGORY_COLUMNS.items():
+            share = 100 * frame.loc[labels, column].to_numpy()
+            ax.bar(x, share, bottom=bottom, width=0.7, color=common.CATEGORY_COLORS[category],
+                   edgecolor="0.35", linewidth=0.5, label=category)
+            if category == "token":  # the useful share, printed on its bar
+                for xi, value in zip(x, share):
+                    ax.text(xi, value / 2, f"{value:.0f}%", ha="center", va="center", fontsize=8)
+            bottom += share
+        ax.set_xticks(x, labels, rotation=25, ha="right")
+        ax.set_xlabel("allocator")
+        ax.set_ylim(0, 100)
+        ax.grid(axis="x", visible=False)
+        if len(workloads) > 1:
+            ax.set_title(common.workload_name(workload))
+    axes[0][0].set_ylabel("share of KV cache slots (%)")
+    common.legend_above(fig, common.category_handles(), list(common.CATEGORIES))
+    return common.save(fig, out_dir, NAME)

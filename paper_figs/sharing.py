@@ -1,0 +1,74 @@
+"""KV memory saved by sharing (sharing_saving_frac) against n, beam width and shared-prefix length.
+
+The knobs are the summary's extra columns ``n``, ``beam_width`` and ``prefix_len``. A run goes
+into the panel of a knob when it has that knob and the other two are neutral (null, n <= 1,
+beam_width <= 1, prefix_len 0); runs lacking all three are skipped. A panel without runs is
+left out.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import pandas as pd
+import seaborn as sns
+
+from paper_figs import common
+
+NAME = "sharing"
+EXPERIMENT = "paper-sharing"
+KNOBS = {  # column: (axis label, neutral value)
+    "n": ("parallel samples n", 1),
+    "beam_width": ("beam width", 1),
+    "prefix_len": ("shared prefix length (tokens)", 0),
+}
+
+
+def panels(runs: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """The runs of each knob's panel (see the module docstring)."""
+    neutral = {}
+    for knob, (_, value) in KNOBS.items():
+        column = runs[knob] if knob in runs else pd.Series(float("nan"), index=runs.index)
+        neutral[knob] = column.isna() | (column <= value)
+    out = {}
+    for knob in KNOBS:
+        if knob not in runs:
+            continue
+        others = pd.concat([neutral[k] for k in KNOBS if k != knob], axis=1).all(axis=1)
+        rows = runs[runs[knob].notna() & others]
+        if not rows.empty:
+            out[knob] = rows
+    return out
+
+
+def draw(index_df: pd.DataFrame, out_dir: str | Path, results_root: str | Path,
+         experiment: str | None = None) -> list[Path]:
+    runs = common.pick(index_df, NAME, experiment or EXPERIMENT, need=["sharing_saving_frac"])
+    if runs is None:
+        return []
+    knobs = [k for k in KNOBS if k in runs]
+    runs = common.numeric(runs, "sharing_saving_frac", *knobs)
+    by_knob = panels(runs)
+    if not by_knob:
+        return common.skip(NAME, "no run has n, beam_width or prefix_len")
+    common.setup_style()
+    runs["saving_pct"] = 100 * runs["sharing_saving_frac"]
+    order = common.label_order(runs["label"])
+    colors = common.palette(order)
+    fig, axes = plt.subplots(1, len(by_knob), figsize=(3.4 * len(by_knob), 3.3), squeeze=False)
+    for ax, (knob, rows) in zip(axes[0], by_knob.items()):
+        rows = rows.assign(saving_pct=100 * rows["sharing_saving_frac"])
+        sns.lineplot(data=rows, x=knob, y="saving_pct", hue="label", hue_order=order,
+                     palette=colors, marker="o", errorbar="sd", ax=ax, legend=False)
+        ax.set_xlabel(KNOBS[knob][0])
+        ax.set_ylabel("KV memory saved by sharing (%)")
+        ax.set_ylim(bottom=0)
+        values = sorted(rows[knob].unique())
+        if knob == "prefix_len" and len(values) > 2 and min(values) > 0:
+            common.log2_axis(ax, values)
+        else:
+            ax.set_xticks(values)
+            ax.set_xticklabels([f"{v:g}" for v in values])
+    handles = [plt.Line2D([], [], color=colors[lab], marker="o") for lab in order]
+    common.legend_above(fig, handles, order)
+    return common.save(fig, out_dir, NAME)
