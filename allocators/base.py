@@ -150,7 +150,8 @@ class Allocator(abc.ABC):
 def check_block_size(block_size: int, num_slots: int) -> int:
     """A block size is a power of two and the pool holds at least one block."""
     check_length("num_slots", num_slots, 1)
-    if not isinstance(block_size, int) or isinstance(block_size, bool) or block_size < 1 or block_size & (block_size - 1):
+    is_int = isinstance(block_size, int) and not isinstance(block_size, bool)
+    if not is_int or block_size < 1 or block_size & (block_size - 1):
         raise AllocatorError(f"block_size must be a power of two >= 1, got {block_size!r}")
     if num_slots < block_size:
         raise AllocatorError(f"num_slots={num_slots} is smaller than one block (block_size={block_size})")

@@ -135,7 +135,9 @@ class BuddyAllocator(RegionAllocator):
             assert level == sorted(set(level)), f"free list of order {order} is not sorted and distinct"
             for block in level:
                 base, arena_order = arena_of.get(block, (None, -1))
-                assert base is not None and arena_order >= order >= self.min_order, f"free block {block} of order {order} outside a fitting arena"
+                assert base is not None and arena_order >= order >= self.min_order, (
+                    f"free block {block} of order {order} outside a fitting arena"
+                )
                 assert (block - base) % (1 << order) == 0, f"free block {block} misaligned for order {order}"
                 for b in range(block, block + (1 << order)):
                     assert owner[b] is None, f"block {b} is free and owned by seq {owner[b]}"
@@ -145,5 +147,6 @@ class BuddyAllocator(RegionAllocator):
                 total += 1 << order
         for block, order in free_at:
             if order < arena_of[block][1]:
-                assert (block ^ (1 << order), order) not in free_at, f"free buddies {block} and {block ^ (1 << order)} not merged (order {order})"
+                buddy = block ^ (1 << order)
+                assert (buddy, order) not in free_at, f"free buddies {block} and {buddy} not merged (order {order})"
         assert total == self._free_blocks, f"free counter {self._free_blocks} != free lists {total}"

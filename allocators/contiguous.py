@@ -95,7 +95,7 @@ class ContiguousAllocator(RegionAllocator):
         total = 0
         for start, length in zip(starts, lens):
             assert length >= 1, f"empty hole at block {start}"
-            assert start > prev_end, f"hole at block {start} is not sorted, disjoint and coalesced (previous ends at {prev_end})"
+            assert start > prev_end, f"hole at block {start} not sorted, disjoint, coalesced (previous ends at {prev_end})"
             for b in range(start, start + length):
                 assert owner[b] is None, f"block {b} is in a hole and owned by seq {owner[b]}"
             prev_end = start + length

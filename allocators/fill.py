@@ -129,7 +129,10 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     stream = chat_stream(args.requests, args.max_model_len, args.seed)
     print(f"pool {args.slots} slots, max_model_len {args.max_model_len}, {args.requests} requests, seed {args.seed}")
-    header = f"{'strategy':<18} {'mean held':>9} {'max held':>8} {'token':>6} {'reserved':>8} {'internal':>8} {'external':>8} {'steps':>6} {'preempt':>7} {'hits':>5} {'s':>5}"
+    header = (
+        f"{'strategy':<18} {'mean held':>9} {'max held':>8} {'token':>6} {'reserved':>8} {'internal':>8} "
+        f"{'external':>8} {'steps':>6} {'preempt':>7} {'hits':>5} {'s':>5}"
+    )
     print(header)
     print("-" * len(header))
     for label, name, knobs in CONFIGS:

@@ -352,7 +352,7 @@ class PagedAllocator(Allocator):
                 counts[b] += 1
                 filled = min(max(seq.num_tokens - index * bs, 0), bs)
                 if filled_by.setdefault(b, filled) != filled:
-                    raise AssertionError(f"shared block {b} is not frozen: owners computed {filled_by[b]} and {filled} slots")
+                    raise AssertionError(f"shared block {b} not frozen: owners computed {filled_by[b]} and {filled} slots")
         free = self._free_block_ids()
         assert len(set(free)) == len(free), "a block is twice in the free list"
         free_set = set(free)

@@ -142,7 +142,8 @@ class RegionAllocator(Allocator):
 
     def _record(self, seq_id: int, start_block: int, nblocks: int, num_tokens: int, prompt_len: int, max_len: int) -> None:
         bs = self.block_size
-        self._seqs[seq_id] = _Region(start_block, nblocks, start_block * bs, nblocks * bs, num_tokens, prompt_len, max_len)
+        start, capacity = start_block * bs, nblocks * bs
+        self._seqs[seq_id] = _Region(start_block, nblocks, start, capacity, num_tokens, prompt_len, max_len)
 
     # -- lifecycle ---------------------------------------------------------------------------
     def admit(self, seq_id: int, prompt: Sequence[int], max_len: int, final_len: int | None = None) -> Admission:
@@ -304,9 +305,10 @@ class RegionAllocator(Allocator):
         used = 0
         bs = self.block_size
         for seq_id, seq in self._seqs.items():
-            assert seq.nblocks >= 1 and seq.nblocks == self._round_blocks(seq.nblocks), f"seq {seq_id}: bad size {seq.nblocks}"
-            assert seq.start == seq.start_block * bs and seq.capacity == seq.nblocks * bs, f"seq {seq_id}: stale geometry"
-            assert 0 <= seq.start_block and seq.start_block + seq.nblocks <= self.num_blocks, f"seq {seq_id}: out of pool"
+            where = f"seq {seq_id} at block {seq.start_block}"
+            assert seq.nblocks >= 1 and seq.nblocks == self._round_blocks(seq.nblocks), f"{where}: bad size {seq.nblocks}"
+            assert seq.start == seq.start_block * bs and seq.capacity == seq.nblocks * bs, f"{where}: stale geometry"
+            assert 0 <= seq.start_block and seq.start_block + seq.nblocks <= self.num_blocks, f"{where}: out of pool"
             assert 0 <= seq.num_tokens <= seq.max_len, f"seq {seq_id}: {seq.num_tokens} tokens, max_len {seq.max_len}"
             assert max(seq.num_tokens, seq.prompt_len) <= seq.capacity, f"seq {seq_id}: tokens past its region"
             for b in range(seq.start_block, seq.start_block + seq.nblocks):

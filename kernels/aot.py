@@ -53,19 +53,17 @@ def _variants(quick: bool) -> list[Variant]:
          Variant("copy bf16 d128", "copy")]
     if quick:
         return v
-    for d in (64, 80, 96, 256):
-        v += [Variant(f"decode bf16 d{d}", "decode", head_size=d), Variant(f"prefill bf16 d{d}", "prefill", head_size=d)]
-    for bs in (1, 256, 2048):
-        v += [Variant(f"decode bf16 bs{bs}", "decode", block_size=bs), Variant(f"prefill bf16 bs{bs}", "prefill", block_size=bs)]
-    for dt, tag in ((torch.float16, "fp16"), (torch.float32, "fp32")):
-        for d in (64, 128, 256) if dt == torch.float32 else (128,):
-            v += [Variant(f"decode {tag} d{d}", "decode", dtype=dt, head_size=d),
-                  Variant(f"prefill {tag} d{d}", "prefill", dtype=dt, head_size=d)]
+    for mode in ("decode", "prefill"):
+        v += [Variant(f"{mode} bf16 d{d}", mode, head_size=d) for d in (64, 80, 96, 256)]
+        v += [Variant(f"{mode} bf16 bs{bs}", mode, block_size=bs) for bs in (1, 256, 2048)]
+        v += [Variant(f"{mode} fp16 d128", mode, dtype=torch.float16)]
+        v += [Variant(f"{mode} fp32 d{d}", mode, dtype=torch.float32, head_size=d) for d in (64, 128, 256)]
     v += [Variant("decode MHA", "decode", num_kv_heads=32), Variant("prefill MHA", "prefill", num_kv_heads=32),
           Variant("decode MQA", "decode", num_kv_heads=1), Variant("prefill MQA", "prefill", num_kv_heads=1),
           Variant("decode G=7", "decode", num_heads=28, num_kv_heads=4),
           Variant("decode one seq", "decode", num_seqs=1), Variant("split d256", "split", head_size=256),
-          Variant("store fp32 d80", "store", dtype=torch.float32, head_size=80), Variant("copy fp16 d256", "copy", dtype=torch.float16, head_size=256)]
+          Variant("store fp32 d80", "store", dtype=torch.float32, head_size=80),
+          Variant("copy fp16 d256", "copy", dtype=torch.float16, head_size=256)]
     return v
 
 

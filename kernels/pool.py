@@ -95,7 +95,9 @@ def scatter_slots(key_cache: torch.Tensor, value_cache: torch.Tensor, slots, key
     blocks, offsets = _slot_index(slots, pool.block_size, key_cache.device)
     expected = (blocks.shape[0], pool.num_kv_heads, pool.head_size)
     for name, rows in (("key", key), ("value", value)):
-        require(tuple(rows.shape) == expected, f"{name} must be {list(expected)} for these slots, got {list(rows.shape)}")
-        require(rows.dtype == key_cache.dtype, f"{name} dtype {rows.dtype} differs from the cache dtype {key_cache.dtype}")
+        require(tuple(rows.shape) == expected,
+                f"{name} must be {list(expected)} for these slots, got {list(rows.shape)}")
+        require(rows.dtype == key_cache.dtype,
+                f"{name} dtype {rows.dtype} differs from the cache dtype {key_cache.dtype}")
     key_cache[blocks, offsets] = key.to(key_cache.device, non_blocking=True)
     value_cache[blocks, offsets] = value.to(value_cache.device, non_blocking=True)

@@ -217,7 +217,8 @@ def test_attention_launcher_errors(op):
         (_replace(batch, 0, query.half()), "query dtype float16 differs from the cache dtype float32"),
         (_replace(batch, 0, torch.randn(3, 3, 32, device=DEVICE)), "must be a positive multiple of num_kv_heads"),
         (_replace(batch, 0, torch.randn(3, 4, 16, device=DEVICE)), "query head_size 16 differs"),
-        (_replace(batch, 0, torch.randn(3, 32, 4, device=DEVICE).transpose(1, 2)), "query must be contiguous in its last dimension"),
+        (_replace(batch, 0, torch.randn(3, 32, 4, device=DEVICE).transpose(1, 2)),
+         "query must be contiguous in its last dimension"),
         (_replace(batch, 1, key_cache.to(torch.int8)), "key_cache dtype must be float32, float16 or bfloat16"),
         (_replace(batch, 2, value_cache[:, :2]), "key_cache and value_cache shapes differ"),
         (_replace(batch, 3, block_tables.long()), "block_tables must be int32, got int64"),
@@ -227,7 +228,8 @@ def test_attention_launcher_errors(op):
          "query_start_loc\\[-1\\] \\(2\\) must equal the number of query tokens \\(3\\)"),
         (_replace(batch, 4, torch.tensor([1, 5], dtype=torch.int32, device=DEVICE)),
          "context_lens\\[b\\] must be >= its query length"),
-        (_replace(batch, 4, torch.tensor([7, 50], dtype=torch.int32, device=DEVICE)), "exceed the block table capacity"),
+        (_replace(batch, 4, torch.tensor([7, 50], dtype=torch.int32, device=DEVICE)),
+         "exceed the block table capacity"),
         (_replace(batch, 3, torch.full_like(block_tables, 99)), "uses a block outside"),
     ]
     for args, message in bad:
@@ -261,7 +263,7 @@ def test_cpu_tensors_without_interpreter_are_refused(monkeypatch):
 def _pool(num_blocks, block_size, num_kv_heads=2, head_size=32, dtype=torch.float32, seed=1):
     gen = torch.Generator().manual_seed(seed)
     shape = (num_blocks, block_size, num_kv_heads, head_size)
-    return (torch.randn(shape, generator=gen).to(dtype).to(DEVICE), torch.randn(shape, generator=gen).to(dtype).to(DEVICE))
+    return tuple(torch.randn(shape, generator=gen).to(dtype).to(DEVICE) for _ in range(2))
 
 
 @pytest.mark.parametrize("block_size,dtype,head_size", [(1, torch.float32, 32), (16, torch.bfloat16, 80),
