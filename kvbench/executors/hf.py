@@ -3,8 +3,9 @@
 Each step runs one forward of a packed batch: the new tokens of every sequence in a row
 (input_ids [1, T], position_ids [1, T], no padding). Attention goes through transformers'
 attention registry to ``kvbench.hf.attention``: the new K/V are stored at the allocator's slot
-mapping and read back through block tables by the kernels (``engine.attention``: ``triton`` or the
-``torch`` reference). Logits are computed only for the rows the step samples. Before the forward,
+mapping and read back through block tables by the kernels (``engine.attention``: ``triton``, or
+``torch``: by default the step-vectorised torch path of ``kvbench.hf.torch_attention``, or the
+kernels' torch reference with ``backend.torch_attention=reference``). Logits are computed only for the rows the step samples. Before the forward,
 swap-outs, the allocator's copy ops and swap-ins run on the pool, in that order.
 
 Timings of a step (``StepResult.timings``; wall time, synchronised on CUDA): ``attention_s`` (inside
@@ -28,11 +29,13 @@ from kvbench.hf.attention import LayerTimer, StepAttention, register, step_atten
 from kvbench.hf.model import DTYPES, build_model
 from kvbench.hf.pool import KVPool
 from kvbench.hf.sampling import Sampler, SamplingParams
+from kvbench.hf.torch_attention import TorchAttentionPlan
 
 log = logging.getLogger(__name__)
 
 CPU_DEFAULT_KV_BYTES = 256 * 2**20  # engine.kv_cache_bytes=null on the CPU: 256 MiB at most
 CUDA_RESERVED_BYTES = 1 * 2**30  # CUDA: left free for activations, logits and the allocator's slack
+TORCH_ATTENTION_PATHS = ("batched", "reference")  # backend.torch_attention, for engine.attention=torch
 
 
 def resolve_device(device: str = "auto") -> str:
@@ -89,9 +92,13 @@ class HFExecutor:
         self.block_size = int(block_size)
         self.num_slots = int(num_slots)
         attention = str(engine_cfg.get("attention", "torch")) if engine_cfg is not None else "torch"
+        torch_path = str(backend_cfg.get("torch_attention", "batched")) if backend_cfg is not None else "batched"
+        if torch_path not in TORCH_ATTENTION_PATHS:
+            raise ConfigError(f"backend.torch_attention must be one of {', '.join(TORCH_ATTENTION_PATHS)}; got {torch_path!r}")
         from kernels import get_ops
 
         self.ops = get_ops(attention)
+        self.batched_torch = attention == "torch" and torch_path == "batched"
         self.model = model if model is not None else build_model(model_cfg, device=self.device, seed=int(seed))
         self.model.set_attn_implementation(register())
         self.base = self.model.base_model
@@ -186,8 +193,12 @@ class HFExecutor:
         }
         if self.cuda:
             host = {k: v.pin_memory().to(dev, non_blocking=True) for k, v in host.items()}
+        plan = None
+        if self.batched_torch:
+            plan = TorchAttentionPlan(starts=starts, context=context, tables=tables, block_size=bs,
+                                      device=torch.device(dev))
         step = StepAttention(
             key_caches=self.pool.key_caches, value_caches=self.pool.value_caches, slot_mapping=host["slots"],
             block_tables=host["tables"], context_lens=host["context"], query_start_loc=host["starts"],
-            store_kv=self.ops.store_kv, paged_attention=self.ops.paged_attention, timer=self.timer)
+            store_kv=self.ops.store_kv, paged_attention=self.ops.paged_attention, timer=self.timer, plan=plan)
         return step, host["input_ids"], host["positions"], host["rows"], sampled

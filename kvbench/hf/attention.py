@@ -4,7 +4,9 @@ Every decoder layer of a model whose ``config._attn_implementation`` is ``ATTN_N
 ``paged_attention_forward`` with its query/key/value of the packed step ([1, heads, T, head_size],
 positions already applied: RoPE rotated, OPT's learned positions added before the layer). The hook
 stores the new tokens' K and V at the step's slot mapping (``store_kv``) and attends through the
-block tables (``paged_attention``). The step's index tensors and pool live in a ``StepAttention``
+block tables (``paged_attention``), or, for ``engine.attention=torch`` with the default
+``backend.torch_attention=batched``, does the same with the step-vectorised torch path of
+``kvbench.hf.torch_attention``. The step's index tensors and pool live in a ``StepAttention``
 that the executor installs for the duration of one forward (``with step_attention(step): ...``);
 the registry has no mask function for this name, so transformers builds no attention mask.
 """
@@ -16,6 +18,9 @@ from dataclasses import dataclass, field
 
 import kvbench.hf  # noqa: F401
 import torch
+
+from kvbench.hf import torch_attention
+from kvbench.hf.torch_attention import TorchAttentionPlan
 
 ATTN_NAME = "kvbench_paged"
 
@@ -70,6 +75,7 @@ class StepAttention:
     store_kv: object  # kernels' store_kv
     paged_attention: object  # kernels' paged_attention
     timer: LayerTimer
+    plan: TorchAttentionPlan | None = None  # set: the batched torch path instead of the kernels
     calls: int = field(default=0)
 
 
@@ -103,10 +109,14 @@ def paged_attention_forward(module, query, key, value, attention_mask=None, scal
     k = key[0].transpose(0, 1)  # [T, Hkv, D]
     v = value[0].transpose(0, 1)
     key_cache, value_cache = step.key_caches[layer], step.value_caches[layer]
-    step.store_kv(k, v, key_cache, value_cache, step.slot_mapping)
     out = torch.empty((q.shape[0], q.shape[1], q.shape[2]), dtype=q.dtype, device=q.device)
-    step.paged_attention(q, key_cache, value_cache, step.block_tables, step.context_lens,
-                         step.query_start_loc, float(scaling), out=out)
+    if step.plan is not None:
+        torch_attention.store_kv(k, v, key_cache, value_cache, step.slot_mapping)
+        torch_attention.attention(step.plan, q, key_cache, value_cache, float(scaling), out)
+    else:
+        step.store_kv(k, v, key_cache, value_cache, step.slot_mapping)
+        step.paged_attention(q, key_cache, value_cache, step.block_tables, step.context_lens,
+                             step.query_start_loc, float(scaling), out=out)
     step.timer.stop()
     step.calls += 1
     return out.unsqueeze(0), None
