@@ -80,8 +80,23 @@ def _key(item) -> str:
     return "/".join(item.nested_key) if item.nested_key else item.key
 
 
-def read_offline_run(run_path: str | Path) -> OfflineRun:
-    """Parse ``run_path`` (an ``offline-run-*`` directory or its ``.wandb`` file)."""
+def read_offline_run(run_path: str | Path, wait_s: float = 10.0) -> OfflineRun:
+    """Parse ``run_path`` (an ``offline-run-*`` directory or its ``.wandb`` file).
+
+    wandb's writer process may still be flushing a run that just finished: wait up to
+    ``wait_s`` seconds for its exit record before returning what is there.
+    """
+    import time
+
+    deadline = time.monotonic() + wait_s
+    while True:
+        run = _read_offline_run(run_path)
+        if run.exit_code is not None or time.monotonic() > deadline:
+            return run
+        time.sleep(0.2)
+
+
+def _read_offline_run(run_path: str | Path) -> OfflineRun:
     from wandb.proto import wandb_internal_pb2 as pb
 
     run_path = Path(run_path)
@@ -93,8 +108,12 @@ def read_offline_run(run_path: str | Path) -> OfflineRun:
         kind = record.WhichOneof("record_type")
         if kind == "run":
             run = record.run
-            out.run_id, out.project, out.name = run.run_id, run.project, run.display_name
-            out.group, out.tags = run.run_group, list(run.tags)
+            # wandb may write more than one run record; later ones can leave fields empty
+            out.run_id = run.run_id or out.run_id
+            out.project = run.project or out.project
+            out.name = run.display_name or out.name
+            out.group = run.run_group or out.group
+            out.tags = list(run.tags) or out.tags
             for item in run.config.update:
                 out.config[_key(item)] = json.loads(item.value_json)
         elif kind == "config":
