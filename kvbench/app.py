@@ -122,13 +122,17 @@ def _identity(cfg: DictConfig, prep: Prepared, run_id: str) -> dict:
     }
 
 
-def run(cfg: DictConfig, run_dir: str | Path | None = None, logger=None) -> dict:
+def new_run_id() -> str:
+    return time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
+
+
+def run(cfg: DictConfig, run_dir: str | Path | None = None, logger=None, run_id: str | None = None) -> dict:
     """One run: build, simulate or execute, write results; returns the summary row."""
     from kvbench.results import write_run
 
     prep = prepare(cfg)
     requests = prep.workload.requests
-    run_id = time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
+    run_id = run_id or new_run_id()
     eng = cfg.engine
     sched_cfg = SchedulerConfig(
         max_num_batched_tokens=int(eng.max_num_batched_tokens),
@@ -156,7 +160,7 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None, logger=None) -> dict
         _save_npz(run_dir / "memmap.npz", out.memmap)
     write_run(run_dir, summary, out.steps, out.requests, index)
     if logger is not None:
-        _log(logger, cfg, summary, out)
+        _log(logger, summary, out, run_dir)
     return summary
 
 
@@ -194,11 +198,15 @@ def _save_npz(path: Path, arrays: dict) -> None:
     os.replace(tmp, path)
 
 
-def _log(logger, cfg: DictConfig, summary: dict, out) -> None:
+def _log(logger, summary: dict, out, run_dir: Path) -> None:
+    from kvbench.run_figures import memory_over_time
+
     for row in out.steps.to_dict("records"):
         logger.log_step(int(row["step"]), row)
     logger.log_summary(summary)
     logger.log_requests(out.requests)
+    logger.log_figures([memory_over_time(out.steps, run_dir / "figures" / "memory_over_time.png",
+                                         title=f"{summary['allocator']} / {summary['workload']}")])
 
 
 class _Progress:
@@ -311,15 +319,16 @@ def _hydra_main(cfg: DictConfig) -> float | None:
     from kvbench.loggers import build_logger
 
     logger = None
+    run_id = new_run_id()
     try:
         if cfg.logger.name != "none":
             logger = build_logger(cfg.logger)
             group = cfg.logger.get("group") or (f"{cfg.experiment_name}-{Path(hc.sweep.dir).name}" if multirun else None)
-            tags = [f"allocator={cfg.allocator.name}", f"block_size={cfg.allocator.get('block_size')}",
-                    f"workload={cfg.workload.name}"]
-            logger.start(OmegaConf.to_container(cfg, resolve=True), run_id=Path(hc.runtime.output_dir).name,
-                         name=f"{cfg.allocator.name}-{cfg.workload.name}", group=group, tags=tags)
-        summary = run(cfg, run_dir=hc.runtime.output_dir, logger=logger)
+            tags = [f"experiment={cfg.experiment_name}"]
+            logger.start(OmegaConf.to_container(cfg, resolve=True), run_id=run_id,
+                         name=f"{cfg.allocator.name}-{cfg.workload.name}", group=group, tags=tags,
+                         run_dir=Path(hc.runtime.output_dir))
+        summary = run(cfg, run_dir=hc.runtime.output_dir, logger=logger, run_id=run_id)
     except _errors() as exc:
         if multirun:
             raise  # this job fails; the launcher finishes the others

@@ -94,3 +94,21 @@ def test_launchers_finish_every_job_and_a_failing_job_spares_the_others(tmp_path
     rows = [json.loads(line) for line in (tmp_path / "index.jsonl").read_text().splitlines()]
     assert sorted(r["allocator"] for r in rows) == ["buddy", "paged"]  # ...the others finish, once each
     assert len({r["run_id"] for r in rows}) == 2
+
+
+def test_wandb_logger_records_steps_summary_and_figure_offline(tmp_path):
+    proc = kvbench("logger=wandb", "allocator=paged", f"results_dir={tmp_path}", *QUICK[:-1], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    from kvbench.loggers.wandb_offline import read_offline_run
+
+    index = load_index(tmp_path / "index.jsonl")
+    run_dir = tmp_path / index.loc[0, "run_dir"]
+    wandb_run = read_offline_run(next((run_dir / "wandb").glob("offline-run-*")))
+    assert wandb_run.exit_code == 0
+    assert wandb_run.config["run_id"] == index.loc[0, "run_id"]  # one id ties W&B to the index row
+    assert {"allocator=paged", "block_size=16", "workload=synthetic", "experiment=adhoc"} <= set(wandb_run.tags)
+    steps = [h for h in wandb_run.history if "steps/mem_token_frac" in h]
+    assert len(steps) == index.loc[0, "num_steps"] and steps[-1]["step"] == len(steps) - 1
+    assert wandb_run.summary["num_finished"] == 30
+    assert wandb_run.summary["mean_batch_size"] == pytest.approx(index.loc[0, "mean_batch_size"])
+    assert (run_dir / "figures" / "memory_over_time.png").stat().st_size > 0
