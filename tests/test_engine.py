@@ -145,3 +145,10 @@ def test_prefix_sharing_is_counted():
     assert out.summary["prefix_hit_rate"] > 0
     second = [c for b in ex.batches for c in b.chunks if c.request_id == 1]
     assert second[0].start_pos == 8  # two full blocks of the prompt were cached
+
+
+def test_request_larger_than_the_pool_is_rejected_up_front():
+    engine, _ = make_engine("paged", 16, knobs={"block_size": 4}, max_model_len=64)
+    out = engine.run(make_requests([(10, 10), (4, 4)]))
+    assert out.summary["num_rejected"] == 1 and out.summary["num_finished"] == 1
+    assert "pool has 16" in out.requests.set_index("request_id").loc[0, "reason"]

@@ -64,6 +64,8 @@ class Engine:
             t0 = time.perf_counter()
             batch = sched.schedule()
             if not batch.chunks and not batch.swap_out:
+                if not sched.has_work():  # everything left was rejected while scheduling
+                    continue
                 if sched.running or sched.swapped:
                     raise RuntimeError("scheduler made no progress with running sequences")
                 if next_arrival < len(pending):  # waiting groups need memory that arrives later

@@ -86,6 +86,8 @@ class Scheduler:
         if request.prompt_len + request.output_len > self.cfg.max_model_len:
             self._reject(group, f"prompt {request.prompt_len} + output {request.output_len} tokens "
                                 f"exceed max_model_len {self.cfg.max_model_len}")
+        elif self._kv_final_len(group) > self.allocator.num_slots:
+            self._reject(group, f"needs {self._kv_final_len(group)} KV slots; the pool has {self.allocator.num_slots}")
         elif not self.cfg.chunked_prefill and request.prompt_len > self.cfg.max_num_batched_tokens:
             self._reject(group, f"prompt of {request.prompt_len} tokens exceeds max_num_batched_tokens "
                                 f"{self.cfg.max_num_batched_tokens} with chunked_prefill off")

