@@ -6,10 +6,6 @@ TORCH_SPEC ?= torch==2.13.0
 
 .PHONY: setup demo test test-slow bench figs paper paper-quick gpu-check clean
 RESULTS ?= results/reference
-PAPER_EXPERIMENTS := paper-breakdown paper-batch-sharegpt paper-batch-alpaca paper-block-size paper-memmap \
-	paper-sharing-parallel paper-sharing-beam paper-sharing-prefix paper-pressure \
-	paper-rate-opt13b-sharegpt paper-rate-opt66b-sharegpt paper-rate-opt175b-sharegpt \
-	paper-rate-opt13b-alpaca paper-rate-opt66b-alpaca paper-rate-opt175b-alpaca
 PAPER_HF_EXPERIMENTS := paper-token-time
 QUICK_OVERRIDES := workload.duration_s=120
 JOBS ?= 2
@@ -46,16 +42,19 @@ bench: setup
 figs: setup
 	$(BIN)/python -m paper_figs all --index $(RESULTS)/index.jsonl
 
-# The studies at paper scale (simulated; hours on 2 cores), then the figures from results/.
+# The studies at paper scale (simulated one-hour traces: about 75 min with JOBS=2 here; each
+# job's log in results/log-*.txt), the CPU twins on the real model, then the figures.
 paper: setup
-	for e in $(PAPER_EXPERIMENTS); do $(BIN)/kvbench -m experiment=$$e hydra/launcher=joblib hydra.launcher.n_jobs=$(JOBS) || exit 1; done
-	for e in $(PAPER_HF_EXPERIMENTS); do $(BIN)/kvbench -m experiment=$$e || exit 1; done
+	mkdir -p results
+	RESULTS=results JOBS=$(JOBS) scripts/run_paper.sh progress=false
+	RESULTS=results JOBS=1 EXPERIMENTS="$(PAPER_HF_EXPERIMENTS)" scripts/run_paper.sh progress=false
 	$(MAKE) figs RESULTS=results
 
 # The same studies on 2-minute traces (under 10 minutes here).
 paper-quick: setup
-	for e in $(PAPER_EXPERIMENTS); do $(BIN)/kvbench -m experiment=$$e $(QUICK_OVERRIDES) progress=false hydra/launcher=joblib hydra.launcher.n_jobs=$(JOBS) || exit 1; done
-	for e in $(PAPER_HF_EXPERIMENTS); do $(BIN)/kvbench -m experiment=$$e progress=false || exit 1; done
+	mkdir -p results
+	RESULTS=results JOBS=$(JOBS) scripts/run_paper.sh progress=false $(QUICK_OVERRIDES)
+	RESULTS=results JOBS=1 EXPERIMENTS="$(PAPER_HF_EXPERIMENTS)" scripts/run_paper.sh progress=false workload.num_requests=8
 	$(MAKE) figs RESULTS=results
 
 # On a machine with a GPU and nothing installable: see shared notes and scripts/gpu_check.sh.

@@ -81,6 +81,21 @@ def check_length(name: str, value: int, minimum: int = 0) -> int:
     return value
 
 
+def grow_end(seq_id: int, seq, num_tokens: int, token_ids: Sequence[int] | None) -> int:
+    """Check a grow request against a live sequence record (``num_tokens``, ``max_len``);
+    return the sequence's length after it."""
+    if seq is None:
+        raise AllocatorError(f"unknown sequence {seq_id}")
+    if num_tokens.__class__ is not int or num_tokens < 0:
+        check_length("num_tokens", num_tokens)
+    if token_ids is not None and len(token_ids) != num_tokens:
+        raise AllocatorError(f"token_ids has {len(token_ids)} ids for {num_tokens} tokens")
+    end = seq.num_tokens + num_tokens
+    if end > seq.max_len:
+        raise AllocatorError(f"sequence {seq_id} would grow to {end} tokens, past max_len={seq.max_len}")
+    return end
+
+
 class Allocator(abc.ABC):
     """Base of every strategy. Subclasses keep ``self.num_slots`` and ``self.block_size``."""
 

@@ -43,6 +43,7 @@ from allocators.base import (
     ceil_div,
     check_block_size,
     check_length,
+    grow_end,
 )
 
 
@@ -137,16 +138,8 @@ class PagedAllocator(Allocator):
 
     def grow(self, seq_id: int, num_tokens: int, token_ids: Sequence[int] | None = None) -> list[int] | None:
         seq = self._seqs.get(seq_id)
-        if seq is None:
-            raise AllocatorError(f"unknown sequence {seq_id}")
-        if num_tokens.__class__ is not int or num_tokens < 0:
-            check_length("num_tokens", num_tokens)
-        if token_ids is not None and len(token_ids) != num_tokens:
-            raise AllocatorError(f"token_ids has {len(token_ids)} ids for {num_tokens} tokens")
+        end = grow_end(seq_id, seq, num_tokens, token_ids)
         t = seq.num_tokens
-        end = t + num_tokens
-        if end > seq.max_len:
-            raise AllocatorError(f"sequence {seq_id} would grow to {end} tokens, past max_len={seq.max_len}")
         table = seq.table
         shift = self._shift
         if num_tokens == 1:  # the decode hot path

@@ -71,8 +71,7 @@ class Engine:
                 if next_arrival < len(pending):  # waiting groups need memory that arrives later
                     now = max(now, pending[next_arrival].arrival_s)
                     continue
-                head = sched.waiting.popleft()  # cannot fit even in an empty pool
-                sched._reject(head, head.reject_reason or "does not fit in an empty KV pool")
+                sched.reject_head("does not fit in an empty KV pool")
                 continue
             final_lens = {s.seq_id: g.request.prompt_len + g.request.output_len - 1
                           for g in sched.running for s in g.seqs}
@@ -152,7 +151,7 @@ class Engine:
                 self._sample_step(group, result)
             if group.first_token_s is None:
                 group.first_token_s = now
-            if group.done and not self.scheduler._pending_forks.get(group.request_id):
+            if group.done and not self.scheduler.has_pending_forks(group):
                 group.best_tokens = max(group.seqs, key=lambda s: s.cum_logprob).tokens
                 self.scheduler.finish(group, now)
                 finished += 1

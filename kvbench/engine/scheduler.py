@@ -161,6 +161,14 @@ class Scheduler:
             swap_in=self._swap_in,
         )
 
+    def reject_head(self, reason: str) -> None:
+        """Reject the first waiting group: it cannot be scheduled even with nothing else running."""
+        head = self.waiting.popleft()
+        self._reject(head, head.reject_reason or reason)
+
+    def has_pending_forks(self, group: Group) -> bool:
+        return bool(self._pending_forks.get(group.request_id))
+
     def add_pending_fork(self, group: Group, parent: Seq, token: int, cum_logprob: float) -> None:
         self._pending_forks.setdefault(group.request_id, []).append(_PendingFork(parent, token, cum_logprob))
 

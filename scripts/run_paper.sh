@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Run the paper studies (simulated) into RESULTS (default results/), JOBS parallel jobs each.
+# Extra arguments are Hydra overrides for every job, e.g. workload.duration_s=120 (quick).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+RESULTS=${RESULTS:-results}
+JOBS=${JOBS:-2}
+KVBENCH=${KVBENCH:-.venv/bin/kvbench}
+EXPERIMENTS=${EXPERIMENTS:-"paper-breakdown paper-batch-sharegpt paper-batch-alpaca paper-block-size paper-memmap
+  paper-sharing-parallel paper-sharing-beam paper-sharing-prefix paper-pressure
+  paper-rate-opt13b-sharegpt paper-rate-opt66b-sharegpt paper-rate-opt175b-sharegpt
+  paper-rate-opt13b-alpaca paper-rate-opt66b-alpaca paper-rate-opt175b-alpaca"}
+failed=0
+for e in $EXPERIMENTS; do
+  start=$(date +%s)
+  $KVBENCH -m "experiment=$e" "results_dir=$RESULTS" hydra/launcher=joblib "hydra.launcher.n_jobs=$JOBS" "$@" \
+    > "$RESULTS/log-$e.txt" 2>&1 || { echo "FAILED $e (see $RESULTS/log-$e.txt)"; failed=1; }
+  echo "$e: $(( $(date +%s) - start )) s"
+done
+exit $failed
