@@ -5,7 +5,7 @@ STAMP := $(VENV)/.installed
 TORCH_SPEC ?= torch==2.13.0
 
 .PHONY: setup demo test test-slow bench figs paper paper-quick gpu-check clean
-RESULTS ?= results/reference
+RESULTS ?= results/paper
 PAPER_HF_EXPERIMENTS := paper-token-time
 QUICK_OVERRIDES := workload.duration_s=120
 JOBS ?= 2

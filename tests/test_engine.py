@@ -152,3 +152,46 @@ def test_request_larger_than_the_pool_is_rejected_up_front():
     out = engine.run(make_requests([(10, 10), (4, 4)]))
     assert out.summary["num_rejected"] == 1 and out.summary["num_finished"] == 1
     assert "pool has 16" in out.requests.set_index("request_id").loc[0, "reason"]
+
+
+def test_groups_of_several_samples_are_swapped_not_recomputed():
+    engine, ex = make_engine("paged", 64, max_num_batched_tokens=64, swap_slots=256, knobs={"block_size": 4})
+    out = engine.run(make_requests([(6, 10, 0.0, 3), (6, 10, 0.5, 3)]))
+    assert out.summary["num_preemptions"] >= 1 and out.summary["num_finished"] == 2
+    assert any(b.swap_out for b in ex.batches)
+    assert all(len(s) == 10 for i in (0, 1) for s in out.outputs[i])
+
+
+def run_mixed(name, knobs, preemption, seed, num_requests=14, num_slots=256, budget=24):
+    """Random prompts, samples and beams on a small pool: the token-pool executor checks that
+    every sequence reads back exactly its own tokens at every step."""
+    import random
+
+    rng = random.Random(f"{name}{knobs}{preemption}{seed}")
+    specs = []
+    for i in range(num_requests):
+        kind = rng.choice(["single", "single", "n", "beam"])
+        specs.append((rng.randint(2, 20), rng.randint(1, 12), 0.4 * i,
+                      rng.randint(2, 3) if kind == "n" else 1, rng.randint(2, 3) if kind == "beam" else 1))
+    engine, ex = make_engine(name, num_slots, knobs=knobs, max_num_batched_tokens=budget,
+                             preemption=preemption, swap_slots=128)
+    out = engine.run(make_requests(specs, seed=seed))
+    assert out.summary["num_finished"] + out.summary["num_rejected"] == len(specs)
+    for rid, samples in out.outputs.items():
+        assert all(len(s) == specs[rid][1] for s in samples)
+    return out
+
+
+@pytest.mark.parametrize("name,knobs", ALLOCATORS)
+@pytest.mark.parametrize("preemption", ["recompute", "swap"])
+def test_mixed_groups_under_pressure_keep_every_token_right(name, knobs, preemption):
+    out = run_mixed(name, knobs, preemption, seed=0)
+    assert out.summary["num_finished"] >= 12
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name,knobs", ALLOCATORS)
+@pytest.mark.parametrize("preemption", ["recompute", "swap"])
+@pytest.mark.parametrize("seed", range(1, 26))
+def test_mixed_groups_fuzz(name, knobs, preemption, seed):
+    run_mixed(name, knobs, preemption, seed, num_requests=24, num_slots=128 + 8 * seed, budget=8 + seed)

@@ -66,8 +66,11 @@ class Engine:
             if not batch.chunks and not batch.swap_out:
                 if not sched.has_work():  # everything left was rejected while scheduling
                     continue
-                if sched.running or sched.swapped:
+                if sched.running:
                     raise RuntimeError("scheduler made no progress with running sequences")
+                if sched.swapped:  # its sequences come back unshared and no longer fit the empty pool
+                    sched.reject_swapped_head("swapped-out group no longer fits the KV pool without sharing")
+                    continue
                 if next_arrival < len(pending):  # waiting groups need memory that arrives later
                     now = max(now, pending[next_arrival].arrival_s)
                     continue

@@ -5,7 +5,8 @@ Each step, in this order (as Orca and vLLM do):
    prefill chunk; when the allocator is out of memory, the most recently arrived running group
    is preempted (recompute: freed and requeued at the front; swap: K/V copied to a bounded host
    pool) and the grow is retried;
-2. swapped groups come back in FCFS order when they fit;
+2. swapped groups come back in FCFS order when they fit (groups of several sequences are
+   always swapped out when the host pool has room: recomputing them would lose their sharing);
 3. waiting groups are admitted FCFS within the token budget, ``max_num_seqs`` and the
    allocator, unless a group was preempted this step or swapped groups wait.
 
@@ -100,6 +101,7 @@ class Scheduler:
     def schedule(self) -> StepBatch:
         """Pick this step's batch; allocates through the allocator as it goes."""
         self._swap_out, self._swap_in = [], []
+        self._copy_ops: list = []
         self._preempted_now = False
         budget = self.cfg.max_num_batched_tokens
         seq_budget = self.cfg.max_num_seqs
@@ -116,10 +118,14 @@ class Scheduler:
                     break
                 except _OutOfMemory:
                     victim = max(self.running, key=lambda g: (g.request.arrival_s, g.request_id))
-                    self._preempt(victim)
-                    if victim is group:
+                    if victim is group:  # its chunks of this step will not run: undo their growth
+                        grown = {c.seq_id: c.query_len for c in group_chunks}
+                        for seq in group.seqs:
+                            seq.num_computed -= grown.get(seq.seq_id, 0)
+                        self._preempt(group)
                         group_chunks = []
                         break
+                    self._preempt(victim)
                     # the victim arrived later, so it sits after i and was not scheduled yet
             if group.status is not GroupStatus.RUNNING:
                 continue
@@ -156,7 +162,7 @@ class Scheduler:
         return StepBatch(
             chunks=chunks,
             block_size=self.allocator.block_size,
-            copy_ops=self.allocator.take_copy_ops(),
+            copy_ops=self._copy_ops + self.allocator.take_copy_ops(),
             swap_out=self._swap_out,
             swap_in=self._swap_in,
         )
@@ -165,6 +171,12 @@ class Scheduler:
         """Reject the first waiting group: it cannot be scheduled even with nothing else running."""
         head = self.waiting.popleft()
         self._reject(head, head.reject_reason or reason)
+
+    def reject_swapped_head(self, reason: str) -> None:
+        """Reject the first swapped group: even alone in the pool it no longer fits."""
+        head = self.swapped.popleft()
+        self._release_host(head)
+        self._reject(head, reason)
 
     def has_pending_forks(self, group: Group) -> bool:
         return bool(self._pending_forks.get(group.request_id))
@@ -203,18 +215,23 @@ class Scheduler:
         """Grow the group's sequences by their next chunks, appending to ``chunks``.
 
         Raises _OutOfMemory with the chunks made so far kept, so a retry after a preemption
-        resumes where it stopped. Beam groups step all together or not at all.
+        resumes where it stopped. The beams of a group sample in the same step: while they
+        cannot all finish their pending tokens in this step, each holds its last one back.
         """
         allocator = self.allocator
         budget -= sum(c.query_len for c in chunks)
         seq_budget -= len(chunks)
-        if group.is_beam and group.forked and not chunks:
-            need = sum(s.pending for s in group.seqs)
-            if need > budget or len(group.seqs) > seq_budget:
-                return
+        hold_back = 0  # tokens each sequence keeps pending, so that beams sample in the same step
+        if group.is_beam and group.forked:
+            if chunks:
+                hold_back = 0 if all(c.sample for c in chunks) else 1
+            else:
+                todo = [s.pending for s in group.seqs if s.pending > 0]
+                hold_back = 0 if sum(todo) <= budget and len(todo) <= seq_budget else 1
+        output_len = group.request.output_len
         for seq in group.seqs:
-            pending = seq.pending
-            if pending <= 0:
+            pending = seq.pending - hold_back
+            if pending <= 0 or seq.num_generated >= output_len:  # finished samples wait for the group
                 continue
             if budget <= 0 or seq_budget <= 0:
                 break
@@ -251,10 +268,15 @@ class Scheduler:
         self.num_preemptions += 1
         group.num_preemptions += 1
         held = sum(s.num_computed for s in group.seqs)
-        if self.cfg.preemption == "swap" and self.host_used + held <= self.cfg.swap_slots:
+        # Groups of several sequences are swapped even under `recompute` (as vLLM does):
+        # recomputing them would lose the blocks their samples or beams share.
+        swap = self.cfg.preemption == "swap" or len(group.seqs) > 1
+        if swap and self.host_used + held <= self.cfg.swap_slots:
+            slots = {seq.seq_id: self._slots_of(seq, 0, seq.num_computed) for seq in group.seqs}
+            redirect = self._drop_copies_into({s for group_slots in slots.values() for s in group_slots})
             for seq in group.seqs:
                 if seq.num_computed:
-                    self._swap_out.append(SwapOp(seq.seq_id, self._slots_of(seq, 0, seq.num_computed)))
+                    self._swap_out.append(SwapOp(seq.seq_id, [redirect.get(s, s) for s in slots[seq.seq_id]]))
                     self.host_tokens[seq.seq_id] = seq.num_computed
                 self.allocator.free(seq.seq_id)
             self.host_used += held
@@ -270,6 +292,20 @@ class Scheduler:
         self._materialize_forks(group)
         if self._on_preempt is not None:
             self._on_preempt(group)
+
+    def _drop_copies_into(self, victim_slots: set[int]) -> dict[int, int]:
+        """Copies queued this step into slots about to be swapped out: the executor swaps out
+        before it copies, so read those slots from the copies' sources instead."""
+        redirect: dict[int, int] = {}
+        keep = []
+        for op in self._copy_ops + self.allocator.take_copy_ops():
+            if any(op.dst + i in victim_slots for i in range(op.length)):
+                for i in range(op.length):
+                    redirect[op.dst + i] = redirect.get(op.src + i, op.src + i)
+            else:
+                keep.append(op)
+        self._copy_ops = keep
+        return redirect
 
     def _materialize_forks(self, group: Group) -> None:
         """Forks not made yet become sequences of their own, to be recomputed."""
