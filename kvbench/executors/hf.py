@@ -196,7 +196,7 @@ class HFExecutor:
         plan = None
         if self.batched_torch:
             plan = TorchAttentionPlan(starts=starts, context=context, tables=tables, block_size=bs,
-                                      device=torch.device(dev))
+                                      num_kv_heads=self.pool.key_caches[0].shape[2], device=torch.device(dev))
         step = StepAttention(
             key_caches=self.pool.key_caches, value_caches=self.pool.value_caches, slot_mapping=host["slots"],
             block_tables=host["tables"], context_lens=host["context"], query_start_loc=host["starts"],

@@ -112,7 +112,7 @@ def paged_attention_forward(module, query, key, value, attention_mask=None, scal
     out = torch.empty((q.shape[0], q.shape[1], q.shape[2]), dtype=q.dtype, device=q.device)
     if step.plan is not None:
         torch_attention.store_kv(k, v, key_cache, value_cache, step.slot_mapping)
-        torch_attention.attention(step.plan, q, key_cache, value_cache, float(scaling), out)
+        torch_attention.attention(step.plan, query[0], key[0], value[0], key_cache, value_cache, float(scaling), out)
     else:
         step.store_kv(k, v, key_cache, value_cache, step.slot_mapping)
         step.paged_attention(q, key_cache, value_cache, step.block_tables, step.context_lens,
