@@ -66,6 +66,9 @@ def _allocator(cfg: DictConfig, geometry: KVGeometry, kv_bytes: int):
     block_size = cfg.allocator.get("block_size") or 1
     num_slots = geometry.slots_for(kv_bytes)
     if isinstance(block_size, int) and block_size > 0:
+        if num_slots < block_size:
+            raise ConfigError(f"engine.kv_cache_bytes: {kv_bytes} bytes hold {num_slots} slots of {cfg.model.name} "
+                              f"({geometry.bytes_per_slot} bytes each), less than one block of {block_size}")
         num_slots = num_slots // block_size * block_size
     knobs = {k: v for k, v in OmegaConf.to_container(cfg.allocator).items() if k != "name" and v is not None}
     if cfg.allocator.name in ("contiguous", "buddy"):
@@ -178,7 +181,7 @@ def _extras(cfg: DictConfig, prep: Prepared, out) -> dict:
         "preemption": str(eng.preemption),
         "chunked_prefill": bool(eng.chunked_prefill),
         "max_num_batched_tokens": int(eng.max_num_batched_tokens),
-        "attention": str(eng.attention) if cfg.backend.name == "hf" else None,
+        "attention": getattr(getattr(prep.executor, "ops", None), "name", None),  # resolved (hf only)
         "gpu_count": int(cfg.gpu.get("count", 1)) if cfg.backend.name == "sim" else None,
         "num_steps": len(steps),
         "mean_step_s": float(steps["step_s"].mean()) if len(steps) else None,

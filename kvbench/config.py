@@ -31,7 +31,7 @@ def validate(cfg) -> None:
     _positive_int("engine.max_num_batched_tokens", eng.max_num_batched_tokens)
     _positive_int("engine.max_num_seqs", eng.max_num_seqs)
     _choice(cfg, "engine.preemption", eng.preemption, ("recompute", "swap"))
-    _choice(cfg, "engine.attention", eng.attention, ("torch", "triton"))
+    _choice(cfg, "engine.attention", eng.attention, ("auto", "torch", "triton"))
     _choice(cfg, "engine.device", eng.device, ("auto", "cpu", "cuda"))
     _choice(cfg, "engine.chunked_prefill", eng.chunked_prefill, (True, False))
     for key in ("kv_cache_bytes", "swap_space_bytes"):

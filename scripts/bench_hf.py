@@ -29,6 +29,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# Idle OpenMP workers sleep instead of spinning. On a CPU shared with other processes, spinning
+# workers in the main thread stall every parallel op for a scheduler tick (measured here: one
+# 8-token forward of this model took 2-3 s with 2 spinning threads, 76 ms with passive waiting).
+# It must be set before torch loads OpenMP; it applies to all three paths alike.
+os.environ.setdefault("OMP_WAIT_POLICY", "passive")
 
 
 def make_requests(num: int, seed: int, vocab_size: int, prompt_range=(16, 256), output_range=(16, 128),
@@ -83,7 +88,7 @@ def run_hf_continuous_batching(model, requests, *, max_batch_tokens: int, block_
     num_blocks = len(requests) * (-(-longest // block_size) + 1)
     gen = GenerationConfig(max_new_tokens=max(r.output_len for r in requests), do_sample=False,
                            eos_token_id=None, pad_token_id=0)
-    cb = ContinuousBatchingConfig(block_size=block_size, num_blocks=num_blocks, max_batch_tokens=max_batch_tokens,
+    cb = ContinuousBatchingConfig(page_size=block_size, num_blocks=num_blocks, max_batch_tokens=max_batch_tokens,
                                   max_requests_per_batch=256, use_cuda_graph=False, allow_block_sharing=False,
                                   use_async_batching=False)
     results = {}
@@ -144,6 +149,7 @@ def main(argv=None) -> int:
     parser.add_argument("--generate-batch", type=int, default=8, help="batch size of plain generate")
     parser.add_argument("--skip", default="", help="comma list of baselines to skip: cb, generate")
     parser.add_argument("--quick", action="store_true", help="8 short requests (smoke run)")
+    parser.add_argument("--json", help="also write the measurements to this JSON file")
     args = parser.parse_args(argv)
 
     import torch
@@ -161,7 +167,8 @@ def main(argv=None) -> int:
         requests = make_requests(args.num_requests, args.seed, int(model_cfg.vocab_size))
     out_tokens = sum(r.output_len for r in requests)
     in_tokens = sum(r.prompt_len for r in requests)
-    print(f"model {model_cfg.name} (dummy weights, {model_cfg.dtype}), {args.threads} threads, torch {torch.__version__}")
+    print(f"model {model_cfg.name} (dummy weights, {model_cfg.dtype}), {args.threads} threads, "
+          f"torch {torch.__version__}")
     print(f"workload: {len(requests)} requests at t=0, prompts {min(r.prompt_len for r in requests)}-"
           f"{max(r.prompt_len for r in requests)} (sum {in_tokens}), outputs {min(r.output_len for r in requests)}-"
           f"{max(r.output_len for r in requests)} (sum {out_tokens}) tokens, seed {args.seed}")
@@ -191,7 +198,8 @@ def main(argv=None) -> int:
         print(f"transformers CB: {wall:.2f} s, {out_tokens / wall:.1f} output tok/s")
     if "generate" not in skip:
         wall, gen_out = run_hf_generate(model, requests, batch_size=args.generate_batch)
-        results[f"transformers generate (left-padded batches of {args.generate_batch})"] = (wall, compare(engine_out, gen_out))
+        name = f"transformers generate (left-padded batches of {args.generate_batch})"
+        results[name] = (wall, compare(engine_out, gen_out))
         print(f"transformers generate: {wall:.2f} s, {out_tokens / wall:.1f} output tok/s")
 
     engine_wall = results["kvbench engine (paged, hf executor)"][0]
@@ -217,6 +225,17 @@ def main(argv=None) -> int:
     if len(decode):
         print(f"  decode-only steps: {len(decode)}, mean {decode['step_s'].mean() * 1e3:.1f} ms, attention "
               f"{decode['attention_s'].sum() / decode['step_s'].sum():.1%} of their time")
+    if args.json:
+        import json
+
+        record = {
+            "args": vars(args), "torch": torch.__version__, "output_tokens": out_tokens, "prompt_tokens": in_tokens,
+            "paths": {name: {"wall_s": wall, "output_tok_s": out_tokens / wall, "engine_speedup": wall / engine_wall,
+                             "outputs_match": None if match is None else list(match)}
+                      for name, (wall, match) in results.items()},
+            "engine_time_split_s": parts,
+        }
+        Path(args.json).write_text(json.dumps(record, indent=2))
     return 0
 
 

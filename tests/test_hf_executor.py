@@ -118,7 +118,8 @@ def greedy(out) -> dict[int, list[int]]:
 
 # -- greedy equals transformers' generate ---------------------------------------------------
 @pytest.mark.parametrize("name", MODELS)
-@pytest.mark.parametrize("allocator,knobs", ALLOCATORS, ids=[f"{a}-{'-'.join(map(str, k.values()))}" for a, k in ALLOCATORS])
+@pytest.mark.parametrize("allocator,knobs", ALLOCATORS,
+                         ids=[f"{a}-{'-'.join(map(str, k.values()))}" for a, k in ALLOCATORS])
 def test_greedy_matches_generate_for_every_allocator(name, allocator, knobs, engine_models, reference):
     requests = make_requests(SPECS, vocab_size=256, seed=1)
     out, _ = run(name, engine_models, requests, allocator, knobs)
@@ -128,7 +129,8 @@ def test_greedy_matches_generate_for_every_allocator(name, allocator, knobs, eng
 
 @pytest.mark.parametrize("name", MODELS)
 @pytest.mark.parametrize("preemption", ["recompute", "swap"])
-@pytest.mark.parametrize("allocator,knobs", [("paged", {"block_size": 4}), ("contiguous", {"reserve": "double", "double_chunk": 4})])
+@pytest.mark.parametrize("allocator,knobs", [("paged", {"block_size": 4}),
+                                             ("contiguous", {"reserve": "double", "double_chunk": 4})])
 def test_greedy_matches_generate_under_memory_pressure(name, preemption, allocator, knobs, engine_models, reference):
     requests = make_requests([(s[0], s[1], 0.0) for s in SPECS], vocab_size=256, seed=2)
     num_slots = 64 if allocator == "paged" else 96  # double grows a 44-token region to 88 slots
@@ -149,6 +151,21 @@ def test_greedy_matches_generate_with_chunked_prefill(name, allocator, engine_mo
     out, _ = run(name, engine_models, requests, allocator, {"block_size": 4}, max_num_batched_tokens=7)
     assert (out.steps["num_tokens"] <= 7).all()
     assert greedy(out) == reference(name, requests)
+
+
+@pytest.mark.parametrize("family", ["mistral", "qwen2"])
+def test_other_llama_family_architectures_match_generate(family):
+    cfg = model_cfg("tiny-llama")
+    cfg.family = family
+    requests = make_requests(SPECS[:3], vocab_size=256, seed=12)
+    models = {"tiny-llama": build_model(cfg, seed=0)}
+    alloc = build("paged", 256, block_size=4)
+    executor = HFExecutor(cfg, OmegaConf.create({"attention": "torch"}), num_slots=256, block_size=4, device="cpu",
+                          model=models["tiny-llama"])
+    out = Engine(alloc, executor, SchedulerConfig(max_model_len=MAX_MODEL_LEN, max_num_batched_tokens=16)).run(requests)
+    ref = build_model(cfg, seed=0, attn_implementation="sdpa")
+    assert type(ref).__name__.lower().startswith(family)
+    assert greedy(out) == {r.request_id: hf_generate(ref, r) for r in requests}
 
 
 def test_reference_torch_path_matches_generate(engine_models, reference):
@@ -185,8 +202,8 @@ def test_parallel_sampling_is_reproducible_and_independent_of_the_batch(allocato
     assert any(len({tuple(s) for s in samples}) > 1 for samples in first.outputs.values())
     alone, _ = run("tiny-opt", engine_models, [requests[1]], allocator, knobs, backend=SAMPLING)
     assert alone.outputs[1] == first.outputs[1]  # seeded per request, sample and position
-    other_seed, _ = run("tiny-opt", engine_models, requests, allocator, knobs, backend=SAMPLING | {"top_k": 0})
-    assert other_seed.outputs != first.outputs
+    other_knobs, _ = run("tiny-opt", engine_models, requests, allocator, knobs, backend=SAMPLING | {"top_k": 0})
+    assert other_knobs.outputs != first.outputs
 
 
 @pytest.mark.parametrize("allocator,knobs", [("paged", {"block_size": 4}), ("paged_prefix", {"block_size": 4}),
@@ -236,7 +253,8 @@ def test_beam_width_one_equals_greedy(engine_models, reference):
 # -- attention paths ----------------------------------------------------------------------------
 BATCHES = {  # (query lengths, context lengths)
     "mixed": ([1, 5, 1, 7, 1, 3], [9, 5, 30, 20, 1, 3]),  # decode, prefill, decode, chunked prefill, ...
-    "decode": ([1, 1, 1], [17, 2, 30]),
+    "decode": ([1, 1, 1], [17, 2, 30]),  # three length buckets
+    "decode-alike": ([1, 1, 1], [20, 23, 24]),  # one bucket, rows in order
     "prefill": ([4, 6], [4, 6]),
 }
 
@@ -260,8 +278,9 @@ def test_batched_torch_attention_equals_the_reference(batch, block_size, heads, 
                                    torch.from_numpy(contexts.astype(np.int32)),
                                    torch.from_numpy(starts.astype(np.int32)), 0.3)
     # this step's new K/V, as the layer hands them to the hook, must be the ones in the pool
-    slots = np.concatenate([tables[b, (np.arange(c - q, c)) // block_size] * block_size + np.arange(c - q, c) % block_size
-                            for b, (q, c) in enumerate(zip(q_lens, contexts))])
+    new_positions = [np.arange(c - q, c) for q, c in zip(q_lens, contexts)]
+    slots = np.concatenate([tables[b, pos // block_size] * block_size + pos % block_size
+                            for b, pos in enumerate(new_positions)])
     key = key_cache.view(-1, kv_heads, dim)[torch.from_numpy(slots)].transpose(0, 1)  # [Hkv, T, D]
     value = value_cache.view(-1, kv_heads, dim)[torch.from_numpy(slots)].transpose(0, 1)
     plan = TorchAttentionPlan(starts=starts, context=contexts, tables=tables, block_size=block_size,
@@ -368,6 +387,15 @@ def test_resolve_device_and_default_kv_bytes():
     assert default_kv_cache_bytes(cfg, "cpu") == 256 * 2**20
 
 
+def test_a_model_that_bypasses_the_attention_registry_is_caught(engine_models):
+    executor = HFExecutor(model_cfg("tiny-opt"), OmegaConf.create({"attention": "torch"}), num_slots=64, block_size=4,
+                          device="cpu", model=build_model(model_cfg("tiny-opt"), seed=0))
+    executor.model.set_attn_implementation("sdpa")  # as if the model ignored the registry
+    batch = StepBatch([SeqChunk(0, [1, 2, 3], 0, [0], [0, 1, 2], True, request_id=0)], block_size=4)
+    with pytest.raises(RuntimeError, match="0 of 2 layers called the paged attention hook"):
+        executor.execute(batch)
+
+
 def test_a_pool_smaller_than_one_block_is_a_clear_error(engine_models):
     with pytest.raises(ConfigError, match="fewer than one block of 16"):
         HFExecutor(model_cfg("tiny-llama"), OmegaConf.create({"attention": "torch"}), num_slots=8, block_size=16,
@@ -395,9 +423,11 @@ def test_app_runs_end_to_end_with_measured_times(tmp_path):
     from kvbench.app import run as app_run
 
     cfg = composed(["backend=hf", "model=tiny-llama", "workload=synthetic", "workload.num_requests=8",
-                    "workload.prompt_len=12", "workload.output_len=6", "engine.device=cpu", "engine.threads=2",
+                    "workload.prompt_len=12", "workload.output_len=6", "engine.device=cpu", "engine.threads=1",
                     f"results_dir={tmp_path}", "progress=false"])
+    torch.set_num_threads(2)
     summary = app_run(cfg, run_dir=tmp_path / "run")
+    assert torch.get_num_threads() == 1  # engine.threads
     assert summary["backend"] == "hf" and summary["device"] == "cpu" and summary["gpu_profile"] is None
     assert summary["num_finished"] == 8 and summary["num_rejected"] == 0
     assert summary["duration_s"] > 0 and summary["output_token_throughput"] > 0 and summary["mean_ttft_s"] > 0

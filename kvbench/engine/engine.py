@@ -59,7 +59,8 @@ class Engine:
                 sched.add(group)
                 next_arrival += 1
             if not sched.has_work():
-                now = pending[next_arrival].arrival_s
+                if next_arrival < len(pending):
+                    now = pending[next_arrival].arrival_s
                 continue
             t0 = time.perf_counter()
             batch = sched.schedule()

@@ -5,8 +5,10 @@ Each step runs one forward of a packed batch: the new tokens of every sequence i
 attention registry to ``kvbench.hf.attention``: the new K/V are stored at the allocator's slot
 mapping and read back through block tables by the kernels (``engine.attention``: ``triton``, or
 ``torch``: by default the step-vectorised torch path of ``kvbench.hf.torch_attention``, or the
-kernels' torch reference with ``backend.torch_attention=reference``). Logits are computed only for the rows the step samples. Before the forward,
-swap-outs, the allocator's copy ops and swap-ins run on the pool, in that order.
+kernels' torch reference with ``backend.torch_attention=reference``; ``auto``: triton on CUDA,
+torch on the CPU). Every layer must call the hook (checked each step). Logits are computed only
+for the rows the step samples. Before the forward, swap-outs, the allocator's copy ops and
+swap-ins run on the pool, in that order.
 
 Timings of a step (``StepResult.timings``; wall time, synchronised on CUDA): ``attention_s`` (inside
 the attention hook: store + paged attention, summed over layers), ``forward_s`` (the rest of the
@@ -89,12 +91,16 @@ class HFExecutor:
         if num_slots < int(model_cfg.max_model_len):
             log.warning("KV pool of %d slots is shorter than max_model_len %d: longer requests are rejected",
                         num_slots, int(model_cfg.max_model_len))
+        self.num_layers = geometry.num_layers
         self.block_size = int(block_size)
         self.num_slots = int(num_slots)
         attention = str(engine_cfg.get("attention", "torch")) if engine_cfg is not None else "torch"
+        if attention == "auto":
+            attention = "triton" if self.cuda else "torch"
         torch_path = str(backend_cfg.get("torch_attention", "batched")) if backend_cfg is not None else "batched"
         if torch_path not in TORCH_ATTENTION_PATHS:
-            raise ConfigError(f"backend.torch_attention must be one of {', '.join(TORCH_ATTENTION_PATHS)}; got {torch_path!r}")
+            raise ConfigError(f"backend.torch_attention must be one of {', '.join(TORCH_ATTENTION_PATHS)}; "
+                              f"got {torch_path!r}")
         from kernels import get_ops
 
         self.ops = get_ops(attention)
@@ -137,6 +143,10 @@ class HFExecutor:
                 self.timer.reset()
                 with step_attention(step):
                     hidden = self.base(input_ids=input_ids, position_ids=positions, use_cache=False).last_hidden_state
+                if step.calls != self.num_layers:
+                    raise RuntimeError(f"{type(self.model).__name__}: {step.calls} of {self.num_layers} layers called "
+                                       "the paged attention hook; this model does not route attention through "
+                                       "transformers' AttentionInterface")
                 logits = self.lm_head(hidden[0, sample_rows]) if sampled else None
                 t_forward = self._now()
                 attention_s = self.timer.total_s()

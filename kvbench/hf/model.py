@@ -46,7 +46,8 @@ def hf_config(model_cfg):
     )
     if family == "opt":
         if int(model_cfg.num_kv_heads) != int(model_cfg.num_heads):
-            raise ConfigError(f"model {model_cfg.name}: OPT has no grouped-query attention (num_kv_heads must equal num_heads)")
+            raise ConfigError(f"model {model_cfg.name}: OPT has no grouped-query attention "
+                              "(num_kv_heads must equal num_heads)")
         if int(model_cfg.head_size) * int(model_cfg.num_heads) != int(model_cfg.hidden_size):
             raise ConfigError(f"model {model_cfg.name}: OPT needs head_size * num_heads == hidden_size")
         config = OPTConfig(ffn_dim=int(model_cfg.intermediate_size), word_embed_proj_dim=int(model_cfg.hidden_size),
@@ -57,7 +58,8 @@ def hf_config(model_cfg):
     classes = {"llama": LlamaConfig, "mistral": MistralConfig, "qwen2": Qwen2Config}
     if family not in classes:
         raise ConfigError(f"model.family must be one of {', '.join(FAMILIES)}; got {family!r}")
-    extra = {"sliding_window": None} if family == "mistral" else {"use_sliding_window": False} if family == "qwen2" else {}
+    no_window = {"mistral": {"sliding_window": None}, "qwen2": {"use_sliding_window": False}}
+    extra = no_window.get(family, {})
     config = classes[family](
         intermediate_size=int(model_cfg.intermediate_size),
         num_key_value_heads=int(model_cfg.num_kv_heads),
@@ -124,7 +126,8 @@ def model_path(model_cfg) -> Path:
                 return smollm2_gguf()
             except WorkloadError as exc:
                 raise ConfigError(f"model.path is null and {str(exc).removeprefix('tokenizer smollm2: ')}") from None
-        raise ConfigError(f"model.path is null: model.load=pretrained needs a local directory or .gguf file for {model_cfg.name}")
+        raise ConfigError(f"model.path is null: model.load=pretrained needs a local directory or .gguf file "
+                          f"for {model_cfg.name}")
     path = Path(str(path)).expanduser()
     if not path.exists():
         raise ConfigError(f"model.path: not found: {path}")

@@ -33,7 +33,8 @@ class SamplingParams:
     def __post_init__(self) -> None:
         from kvbench.config import ConfigError
 
-        if not (isinstance(self.temperature, (int, float)) and self.temperature >= 0 and math.isfinite(self.temperature)):
+        temperature = self.temperature
+        if not (isinstance(temperature, (int, float)) and temperature >= 0 and math.isfinite(temperature)):
             raise ConfigError(f"backend.temperature must be a number >= 0; got {self.temperature!r}")
         if not (isinstance(self.top_p, (int, float)) and 0 < self.top_p <= 1):
             raise ConfigError(f"backend.top_p must be in (0, 1]; got {self.top_p!r}")

@@ -5,11 +5,12 @@ over its K/V read through its block table), but the index work is done once per 
 (``TorchAttentionPlan``) and shared by every layer, and each layer runs a handful of large ops
 instead of a Python loop of small ones:
 
-- decode sequences (one new token) all together: one gather of their K/V through the slot index
-  [num_decode, max_context] into a head-major [Hkv, num_decode, max_context, D] tensor, one
-  batched matmul for the scores with the key-padding mask added in the same call (``baddbmm``;
-  the query heads of a KV head are the rows of one matrix, so GQA reads each K/V once), softmax,
-  one batched matmul with V;
+- decode sequences (one new token) together, in a few buckets of similar context length (so the
+  padding to a bucket's longest context stays small): per bucket, one gather of their K/V into a
+  contiguous head-major [Hkv, n, width, D] tensor (the pool viewed as rows of D values, row =
+  slot * Hkv + head), one batched matmul for the scores with the key-padding mask added in the
+  same call (``baddbmm``; the query heads of a KV head are the rows of one matrix, so GQA reads
+  each K/V once), softmax, one batched matmul with V;
 - prefill chunks (several new tokens) one by one with ``scaled_dot_product_attention``: a chunk
   that starts at position 0 attends to its own new K/V (the values just stored, no gather); a
   chunk after a cached prefix (chunked prefill, prefix-cache hit) gathers its context and uses a
@@ -26,12 +27,55 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+MAX_PADDING = 1.25  # decode sequences share a gather when the longest context is within this of the shortest
+MAX_BUCKETS = 8
+
+
+@dataclass(slots=True)
+class _DecodeBucket:
+    """Decode sequences of similar context length, attended together."""
+
+    rows: torch.Tensor  # [n] int64: their rows in the packed batch
+    index: torch.Tensor  # [Hkv * n * width] int64 gather index of their K/V (see _head_major_index)
+    bias: torch.Tensor  # [Hkv * n, 1, width] float32: 0, or -inf past a sequence's context
+    width: int  # the longest context of the bucket
+
+
+def _length_buckets(ctx: np.ndarray) -> list[np.ndarray]:
+    """Indices of ``ctx`` grouped by length (ascending), each group's longest within a padding ratio
+    of its shortest; the ratio grows if needed to keep at most MAX_BUCKETS groups."""
+    order = np.argsort(ctx, kind="stable")
+    ratio = max(MAX_PADDING, float(ctx.max() / ctx.min()) ** (1 / MAX_BUCKETS) + 1e-9)
+    groups, first = [], 0
+    for i in range(1, len(order) + 1):
+        if i == len(order) or ctx[order[i]] > ratio * ctx[order[first]]:
+            groups.append(order[first:i])
+            first = i
+    return groups
+
+
+def _decode_bucket(members: np.ndarray, starts: np.ndarray, context: np.ndarray, tables: np.ndarray,
+                   block_size: int, num_kv_heads: int, device: torch.device) -> _DecodeBucket:
+    ctx = context[members]
+    width = int(ctx.max())
+    positions = np.arange(width)
+    slots = tables[members][:, positions // block_size].astype(np.int64) * block_size + positions % block_size
+    pad = positions[None, :] >= ctx[:, None]  # [n, width]
+    slots[pad] = 0  # any real slot: masked out by the bias
+    bias = np.where(pad, -np.inf, 0.0).astype(np.float32)
+    return _DecodeBucket(
+        rows=torch.from_numpy(starts[members].astype(np.int64)).to(device),
+        index=_head_major_index(slots, num_kv_heads, device),
+        # one row per (KV head, sequence), broadcast over its query heads
+        bias=torch.from_numpy(np.tile(bias, (num_kv_heads, 1))[:, None, :]).to(device),
+        width=width)
+
 
 @dataclass(slots=True)
 class _Prefill:
     start: int  # first row of the chunk in the packed batch
     stop: int
-    slots: torch.Tensor | None  # [context] int64 pool slots; None: the chunk is the whole context
+    slots: torch.Tensor | None  # [Hkv * context] gather index (see _head_major_index); None: no prefix
     mask: torch.Tensor | None  # [q_len, context] bool (True = attend); None: plain causal
 
 
@@ -44,29 +88,26 @@ class TorchAttentionPlan:
                  num_kv_heads: int, device: torch.device) -> None:
         q_lens = np.diff(starts)
         decode = np.flatnonzero(q_lens == 1)
-        self.num_decode = len(decode)
-        self.all_decode = len(decode) == len(q_lens)
+        self.decode: list[_DecodeBucket] = []
+        self.all_decode = len(decode) == len(q_lens)  # then a single bucket covers rows 0..T-1 in order
         if len(decode):
             ctx = context[decode]
-            width = int(ctx.max())
-            positions = np.arange(width)
-            blocks = tables[decode][:, positions // block_size]
-            slots = blocks.astype(np.int64) * block_size + positions % block_size  # [n, width]
-            pad = positions[None, :] >= ctx[:, None]
-            slots[pad] = 0  # any real slot: masked out by the bias
-            bias = np.where(pad, -np.inf, 0.0).astype(np.float32)  # [n, width]
-            self.decode_rows = torch.from_numpy(starts[decode].astype(np.int64)).to(device)
-            self.decode_slots = torch.from_numpy(np.ascontiguousarray(slots)).to(device)
-            # [Hkv * n, 1, width]: one row per (KV head, sequence), broadcast over its query heads
-            self.decode_bias = torch.from_numpy(np.tile(bias, (num_kv_heads, 1))[:, None, :]).to(device)
+            if self.all_decode and ctx.max() <= MAX_PADDING * ctx.min():
+                groups = [np.arange(len(decode))]
+            else:
+                self.all_decode = False
+                groups = _length_buckets(ctx)
+            for members in groups:
+                self.decode.append(_decode_bucket(decode[members], starts, context, tables, block_size,
+                                                  num_kv_heads, device))
         self.prefills: list[_Prefill] = []
         for b in np.flatnonzero(q_lens > 1):
             ctx, q_len = int(context[b]), int(q_lens[b])
             slots = mask = None
             if ctx != q_len:
                 positions = np.arange(ctx)
-                slots = torch.from_numpy(tables[b, positions // block_size].astype(np.int64) * block_size
-                                         + positions % block_size).to(device)
+                slots = _head_major_index(tables[b, positions // block_size].astype(np.int64) * block_size
+                                          + positions % block_size, num_kv_heads, device)
                 mask = torch.from_numpy(positions[None, :] <= np.arange(ctx - q_len, ctx)[:, None]).to(device)
             self.prefills.append(_Prefill(int(starts[b]), int(starts[b + 1]), slots, mask))
 
@@ -79,11 +120,16 @@ def store_kv(key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor, va
     value_cache.view(num_blocks * block_size, heads, dim).index_copy_(0, slots, value)
 
 
-def _gather(cache: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
-    """The K (or V) of ``slots`` [N] from a [num_blocks, block_size, Hkv, D] pool, head-major and
-    contiguous: [Hkv, N, D]."""
-    num_blocks, block_size, heads, dim = cache.shape
-    return torch.index_select(cache.view(num_blocks * block_size, heads, dim).transpose(0, 1), 1, slots)
+def _head_major_index(slots: np.ndarray, num_kv_heads: int, device: torch.device) -> torch.Tensor:
+    """Rows of the pool viewed as [num_slots * Hkv, D] for slots [...]: flat [Hkv * slots.size], head
+    first, so that one gather yields contiguous head-major K (or V) [Hkv, ..., D]."""
+    rows = slots.astype(np.int64)[None] * num_kv_heads + np.arange(num_kv_heads).reshape((-1,) + (1,) * slots.ndim)
+    return torch.from_numpy(np.ascontiguousarray(rows).reshape(-1)).to(device)
+
+
+def _gather(cache: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """[len(index), D] rows of a [num_blocks, block_size, Hkv, D] pool (a _head_major_index)."""
+    return torch.index_select(cache.view(-1, cache.shape[-1]), 0, index)
 
 
 def attention(plan: TorchAttentionPlan, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
@@ -94,33 +140,30 @@ def attention(plan: TorchAttentionPlan, query: torch.Tensor, key: torch.Tensor, 
     num_heads, num_tokens = query.shape[0], query.shape[1]
     group = num_heads // kv_heads
     upcast = query.dtype != torch.float32
-    if plan.num_decode:
-        n = plan.num_decode
-        q = query if plan.all_decode else query.index_select(1, plan.decode_rows)  # [Hq, n, D]
-        q = q.view(kv_heads, group, n, dim).transpose(1, 2)
+    for bucket in plan.decode:
+        n, width = bucket.rows.shape[0], bucket.width
+        q = query if plan.all_decode else query.index_select(1, bucket.rows)  # [Hq, n, D]
         q_scaled = torch.empty((kv_heads, n, group, dim), dtype=torch.float32, device=q.device)
-        torch.mul(q, scale, out=q_scaled)  # [Hkv, n, G, D]
-        width = plan.decode_slots.shape[1]
-        k = _gather(key_cache, plan.decode_slots.view(-1))  # [Hkv, n * W, D]
-        v = _gather(value_cache, plan.decode_slots.view(-1))
+        torch.mul(q.view(kv_heads, group, n, dim).transpose(1, 2), scale, out=q_scaled)  # [Hkv, n, G, D]
+        k = _gather(key_cache, bucket.index).view(kv_heads * n, width, dim)  # [Hkv * n, W, D]
+        v = _gather(value_cache, bucket.index).view(kv_heads * n, width, dim)
         if upcast:
             k, v = k.float(), v.float()
-        scores = torch.baddbmm(plan.decode_bias, q_scaled.view(kv_heads * n, group, dim),
-                               k.view(kv_heads * n, width, dim).transpose(1, 2))  # [Hkv * n, G, W]
-        probs = torch.softmax(scores, dim=-1)
-        o = torch.bmm(probs, v.view(kv_heads * n, width, dim)).view(kv_heads, n, group, dim).transpose(0, 1)
+        scores = torch.baddbmm(bucket.bias, q_scaled.view(kv_heads * n, group, dim), k.transpose(1, 2))
+        probs = torch.softmax(scores, dim=-1)  # [Hkv * n, G, W]
+        o = torch.bmm(probs, v).view(kv_heads, n, group, dim).transpose(0, 1)  # [n, Hkv, G, D]
         if plan.all_decode:
             out.view(n, kv_heads, group, dim).copy_(o)
         else:
-            out.view(num_tokens, kv_heads, group, dim).index_copy_(0, plan.decode_rows, o.to(out.dtype))
+            out.view(num_tokens, kv_heads, group, dim).index_copy_(0, bucket.rows, o.to(out.dtype))
     for p in plan.prefills:
         q = query[:, p.start:p.stop].unsqueeze(0)  # [1, Hq, q, D]
         if p.slots is None:
             k = key[:, p.start:p.stop].unsqueeze(0)  # [1, Hkv, q, D]
             v = value[:, p.start:p.stop].unsqueeze(0)
         else:
-            k = _gather(key_cache, p.slots).unsqueeze(0)  # [1, Hkv, context, D]
-            v = _gather(value_cache, p.slots).unsqueeze(0)
+            k = _gather(key_cache, p.slots).view(1, kv_heads, -1, dim)  # [1, Hkv, context, D]
+            v = _gather(value_cache, p.slots).view(1, kv_heads, -1, dim)
         if upcast:
             q, k, v = q.float(), k.float(), v.float()
         o = F.scaled_dot_product_attention(q, k, v, attn_mask=p.mask, is_causal=p.mask is None, scale=scale,
