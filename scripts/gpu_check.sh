@@ -41,7 +41,16 @@ checks() {
     || status=1
   tail -n 8 "$OUT/kernel_bench.txt"
 
-  # ENGINE_GPU_RUN
+  step "engine on CUDA: Llama-3-8B shape, dummy weights, every allocator (hf backend, triton)"
+  timeout 240 "$PY" -m kvbench.app -m backend=hf model=llama-3-8b model.dtype=bfloat16 \
+    model.max_model_len=2048 engine.attention=triton engine.device=cuda logger=none progress=false \
+    workload=sharegpt workload.source=table workload.num_requests=64 workload.request_rate=inf \
+    allocator=orca-max,orca-oracle,contiguous-oracle,paged,paged_prefix \
+    experiment_name=gpu-engine "results_dir=$OUT/results" > "$OUT/engine.txt" 2>&1 || status=1
+  tail -n 4 "$OUT/engine.txt"
+  "$PY" -m kvbench.results --index "$OUT/results/index.jsonl" --columns \
+    allocator,reserve,mean_batch_size,output_token_throughput,mean_tpot_s,attention_s_per_token,forward_s_per_token \
+    > "$OUT/engine_table.txt" 2>&1
 
   step "summary"
   for f in pytest_gpu pytest_kernels; do
@@ -52,6 +61,7 @@ checks() {
   else
     echo "no kernel benchmark CSV (see $OUT/kernel_bench.txt)"
   fi
+  cat "$OUT/engine_table.txt" 2>/dev/null
   return $status
 }
 
