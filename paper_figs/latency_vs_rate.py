@@ -17,6 +17,9 @@ NAME = "latency_vs_rate"
 EXPERIMENT = "paper-rate"  # a prefix: paper-rate-opt13b-sharegpt, ...
 
 
+CLIP_S_PER_TOKEN = 1.0
+
+
 def draw(index_df: pd.DataFrame, out_dir: str | Path, results_root: str | Path,
          experiment: str | None = None) -> list[Path]:
     runs = common.pick(index_df, NAME, experiment or EXPERIMENT, prefix=True,
@@ -43,8 +46,9 @@ def draw(index_df: pd.DataFrame, out_dir: str | Path, results_root: str | Path,
     grid.set_titles(row_template="{row_name}", col_template="{col_name}")
     if not (col or row):
         grid.set_titles("")
-    for ax in grid.axes.flat:
-        ax.set_ylim(bottom=0)
+    for ax in grid.axes.flat:  # past saturation latency grows without bound: clip at 1 s/token as the paper does
+        top = max((line.get_ydata().max() for line in ax.get_lines() if len(line.get_ydata())), default=1.0)
+        ax.set_ylim(0, min(top * 1.05, CLIP_S_PER_TOKEN))
     sns.move_legend(grid, "lower center", bbox_to_anchor=(0.5, 1.0), ncol=min(len(order), 4),
                     title=None, frameon=False)
     return common.save(grid.figure, out_dir, NAME)

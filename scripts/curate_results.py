@@ -1,0 +1,56 @@
+"""Copy a results index into a small, committable reference set.
+
+    .venv/bin/python scripts/curate_results.py SRC_DIR DST_DIR [--keep-steps EXP ...] [--since RUN_ID]
+
+Keeps the newest run of each configuration, copies summary.json of every kept run plus its
+steps/requests/memmap files only for the experiments named by --keep-steps (the figures that
+read them), and writes DST_DIR/index.jsonl with run_dir paths relative to DST_DIR.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+from pathlib import Path
+
+KEY = ("experiment", "allocator", "reserve", "block_size", "workload", "request_rate", "n", "beam_width",
+       "prefix_len", "preemption", "kv_bytes", "model", "backend")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("src", type=Path)
+    parser.add_argument("dst", type=Path)
+    parser.add_argument("--keep-steps", nargs="*", default=["paper-memmap", "paper-token-time"])
+    parser.add_argument("--since", default="", help="drop runs whose run_id sorts before this")
+    args = parser.parse_args()
+    rows: dict[tuple, dict] = {}
+    for line in (args.src / "index.jsonl").read_text().splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if row["run_id"] < args.since:
+            continue
+        key = tuple(row.get(k) for k in KEY)
+        if key not in rows or rows[key]["run_id"] < row["run_id"]:
+            rows[key] = row
+    args.dst.mkdir(parents=True, exist_ok=True)
+    out = []
+    for row in sorted(rows.values(), key=lambda r: (r["experiment"], r["run_id"])):
+        src_dir = args.src / row["run_dir"]
+        rel = Path("runs") / row["experiment"] / row["run_id"]
+        (args.dst / rel).mkdir(parents=True, exist_ok=True)
+        names = ["summary.json"]
+        if row["experiment"] in args.keep_steps:
+            names += ["steps.parquet", "requests.parquet", "memmap.npz"]
+        for name in names:
+            if (src_dir / name).exists():
+                shutil.copy2(src_dir / name, args.dst / rel / name)
+        out.append(json.dumps(row | {"run_dir": str(rel)}))
+    (args.dst / "index.jsonl").write_text("\n".join(out) + "\n")
+    print(f"{len(out)} runs -> {args.dst}")
+
+
+if __name__ == "__main__":
+    main()
