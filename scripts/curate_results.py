@@ -1,6 +1,7 @@
 """Copy a results index into a small, committable reference set.
 
     .venv/bin/python scripts/curate_results.py SRC_DIR DST_DIR [--keep-steps EXP ...] [--since RUN_ID]
+        [--drop-before EXPERIMENT=RUN_ID ...]
 
 Keeps the newest run of each configuration, copies summary.json of every kept run plus its
 steps/requests/memmap files only for the experiments named by --keep-steps (the figures that
@@ -23,6 +24,8 @@ def main() -> None:
     parser.add_argument("dst", type=Path)
     parser.add_argument("--keep-steps", nargs="*", default=["paper-memmap", "paper-token-time"])
     parser.add_argument("--since", default="", help="drop runs whose run_id sorts before this")
+    parser.add_argument("--drop-before", nargs="*", default=[], metavar="EXPERIMENT=RUN_ID",
+                        help="drop an experiment's runs older than RUN_ID (superseded by a rerun)")
     args = parser.parse_args()
     rows: dict[tuple, dict] = {}
     for line in (args.src / "index.jsonl").read_text().splitlines():
@@ -30,7 +33,8 @@ def main() -> None:
             row = json.loads(line)
         except json.JSONDecodeError:
             continue
-        if row["run_id"] < args.since:
+        cutoff = dict(item.split("=", 1) for item in args.drop_before).get(row["experiment"], args.since)
+        if row["run_id"] < max(cutoff, args.since):
             continue
         key = tuple(row.get(k) for k in KEY)
         if key not in rows or rows[key]["run_id"] < row["run_id"]:

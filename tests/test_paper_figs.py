@@ -185,3 +185,11 @@ def test_fixture_is_small_and_reproducible(tmp_path):
     assert {"paper-breakdown", "paper-batch", "paper-sharing", "paper-block-size", "paper-pressure",
             "paper-memmap", "paper-token-time"} <= experiments  # fmt: skip
     assert any(e.startswith("paper-rate") for e in experiments)
+
+
+def test_headline_table_reads_the_fixture():
+    from paper_figs.headline import headline, to_markdown
+    from kvbench.results import load_index
+
+    table = headline(load_index(Path(__file__).parent / "fixtures" / "results_small" / "index.jsonl"))
+    assert len(table) > 0 and to_markdown(table).startswith("| measure |")
