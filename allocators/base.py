@@ -144,6 +144,13 @@ class Allocator(abc.ABC):
     def usage(self, final_lens: Mapping[int, int]) -> MemoryUsage:
         """Exact breakdown now; ``final_lens`` maps each live sequence to its true final length."""
 
+    def _get(self, seq_id: int):
+        """The live sequence record (subclasses keep them in ``self._seqs``)."""
+        seq = self._seqs.get(seq_id)
+        if seq is None:
+            raise AllocatorError(f"unknown sequence {seq_id}")
+        return seq
+
     def take_copy_ops(self) -> list[CopyOp]:
         """Copies the engine must perform before the next forward; draining them."""
         ops, self._copy_ops = getattr(self, "_copy_ops", []), []

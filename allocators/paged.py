@@ -227,12 +227,6 @@ class PagedAllocator(Allocator):
             self.check_invariants()
 
     # -- views -------------------------------------------------------------------------------
-    def _get(self, seq_id: int) -> _PagedSeq:
-        seq = self._seqs.get(seq_id)
-        if seq is None:
-            raise AllocatorError(f"unknown sequence {seq_id}")
-        return seq
-
     def block_table(self, seq_id: int) -> list[int]:
         return list(self._get(seq_id).table)
 
@@ -280,11 +274,9 @@ class PagedAllocator(Allocator):
                 if ref[block] == 1:
                     count += 1
                     filled_total += filled
-                    if reach > filled:
-                        reserved += reach - filled
-                        internal += bs - reach
-                    else:
-                        internal += bs - filled
+                    r, i = _empty_split(filled, reach, bs)
+                    reserved += r
+                    internal += i
                 else:
                     seen = shared.get(block)
                     if seen is None:
@@ -295,11 +287,9 @@ class PagedAllocator(Allocator):
         for filled, reach in shared.values():
             count += 1
             filled_total += filled
-            if reach > filled:
-                reserved += reach - filled
-                internal += bs - reach
-            else:
-                internal += bs - filled
+            r, i = _empty_split(filled, reach, bs)
+            reserved += r
+            internal += i
         return count, filled_total, reserved, internal
 
     def _used_blocks(self) -> int:
@@ -354,3 +344,11 @@ class PagedAllocator(Allocator):
             assert self._ref[b] == counts[b], f"block {b}: ref {self._ref[b]} but {counts[b]} table entries"
             assert (b in free_set) == (counts[b] == 0), f"block {b}: ref {counts[b]}, in free list: {b in free_set}"
         assert len(free) + sum(1 for c in counts if c) == self.num_blocks, "free + used != num_blocks"
+
+
+def _empty_split(filled: int, reach: int, block_size: int) -> tuple[int, int]:
+    """Empty slots of a block holding ``filled`` tokens whose owners reach ``reach``:
+    (reserved, internal)."""
+    if reach > filled:
+        return reach - filled, block_size - reach
+    return 0, block_size - filled

@@ -244,12 +244,6 @@ class RegionAllocator(Allocator):
             self.check_invariants()
 
     # -- views -------------------------------------------------------------------------------
-    def _get(self, seq_id: int) -> _Region:
-        seq = self._seqs.get(seq_id)
-        if seq is None:
-            raise AllocatorError(f"unknown sequence {seq_id}")
-        return seq
-
     def block_table(self, seq_id: int) -> list[int]:
         """The whole region: ``nblocks`` consecutive block ids."""
         seq = self._get(seq_id)
