@@ -21,7 +21,7 @@ RUNS = [
     ("paged_prefix", ["allocator=paged_prefix", "allocator.block_size=16"]),
 ]
 COMMON = ["experiment_name=demo", "backend=sim", "model=opt-13b", "gpu=a100-40gb", "workload=sharegpt",
-          "workload.num_requests=1500", "workload.request_rate=2.0", "logger=none"]
+          "workload.num_requests=1500", "workload.request_rate=3.0", "logger=none"]
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> None:
             rows.append(summary)
             print(f"  {label:<13} {summary.get('reserve') or '':<7} done in {summary['wall_s']:.1f} s", flush=True)
     print()
-    print(f"OPT-13B on A100-40GB (simulated), ShareGPT at 2 req/s, {rows[0]['num_requests']} requests, "
+    print(f"OPT-13B on A100-40GB (simulated), ShareGPT at 3 req/s, {rows[0]['num_requests']} requests, "
           f"the same {rows[0]['kv_slots']}-slot KV pool ({rows[0]['kv_bytes'] / 1e9:.1f} GB) for every allocator:")
     print(format_table(rows))
 
