@@ -12,7 +12,7 @@ from kvbench.results import load_index
 
 ROOT = Path(__file__).resolve().parent.parent
 EXPERIMENTS = sorted(p.stem for p in (ROOT / "conf" / "experiment").glob("*.yaml"))
-SHORT = {"backend=hf": ["workload.num_requests=4"], "backend=sim": ["workload.duration_s=30"]}
+SHORT = {"backend=hf": ["workload.num_requests=2"], "backend=sim": ["workload.duration_s=30"]}
 
 
 def backend_of(name: str) -> str:
