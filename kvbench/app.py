@@ -184,6 +184,8 @@ def _extras(cfg: DictConfig, prep: Prepared, out) -> dict:
         "attention": getattr(getattr(prep.executor, "ops", None), "name", None),  # resolved (hf only)
         "gpu_count": int(cfg.gpu.get("count", 1)) if cfg.backend.name == "sim" else None,
         "num_steps": len(steps),
+        "swap_out_slots": out.swap_out_slots,  # K/V slots copied to / from the host pool
+        "swap_in_slots": out.swap_in_slots,
         "mean_step_s": float(steps["step_s"].mean()) if len(steps) else None,
     }
     for key in ("attention_s", "forward_s", "sampling_s", "copy_s", "swap_s", "schedule_s"):

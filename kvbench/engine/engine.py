@@ -25,6 +25,8 @@ class EngineOutput:
     steps: pd.DataFrame
     requests: pd.DataFrame
     outputs: dict[int, list[list[int]]]  # request_id -> generated tokens of each sample (best beam first)
+    swap_out_slots: int = 0
+    swap_in_slots: int = 0
     memmap: dict | None = None  # pool snapshots: time_s [S], category [S, slots] int8, owner [S, slots] int32
 
 
@@ -77,12 +79,15 @@ class Engine:
                     continue
                 sched.reject_head("does not fit in an empty KV pool")
                 continue
-            final_lens = {s.seq_id: g.request.prompt_len + g.request.output_len - 1
-                          for g in sched.running for s in g.seqs}
+            final_lens: dict[int, int] = {}
+            logical = 0  # slots the live sequences would hold without sharing
+            for g in sched.running:
+                for s in g.seqs:
+                    final_lens[s.seq_id] = g.kv_final_len
+                    logical += s.num_computed
             usage = self.allocator.usage(final_lens)
             if self.memmap_every and step % self.memmap_every == 0:
                 self._snapshot(now, final_lens)
-            logical = sum(s.num_computed for g in sched.running for s in g.seqs)
             schedule_s = time.perf_counter() - t0
             result = self.executor.execute(batch)
             start = now
@@ -111,7 +116,8 @@ class Engine:
             memmap = {"time_s": np.array([t for t, _, _ in self._snapshots]),
                       "category": np.stack([c for _, c, _ in self._snapshots]),
                       "owner": np.stack([o for _, _, o in self._snapshots])}
-        return EngineOutput(summary, steps, reqs, outputs, memmap)
+        return EngineOutput(summary, steps, reqs, outputs, sched.num_swapped_out_slots,
+                            sched.num_swapped_in_slots, memmap)
 
     def _snapshot(self, now: float, final_lens: dict[int, int]) -> None:
         """Category (0 external, 1 token, 2 reserved, 3 internal) and owner request of every slot."""

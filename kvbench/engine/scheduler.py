@@ -15,7 +15,6 @@ The allocator is asked before anything is written: every slot in the batch came 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from allocators.base import Allocator, Fit
@@ -54,7 +53,6 @@ class Scheduler:
         allocator: Allocator,
         *,
         need_block_tables: bool = True,
-        on_preempt: Callable[[Group], None] | None = None,
     ) -> None:
         self.cfg = cfg
         self.allocator = allocator
@@ -62,7 +60,6 @@ class Scheduler:
         self.waiting: deque[Group] = deque()
         self.running: list[Group] = []
         self.swapped: deque[Group] = deque()
-        self.rejected: list[Group] = []
         self.host_used = 0  # slots held in the host pool
         self.host_tokens: dict[int, int] = {}  # seq_id -> tokens of K/V held in the host pool
         self.num_preemptions = 0
@@ -70,7 +67,6 @@ class Scheduler:
         self.num_swapped_in_slots = 0
         self._pending_forks: dict[int, list[_PendingFork]] = {}  # request_id -> forks to make
         self._next_seq_id = 0
-        self._on_preempt = on_preempt
         # per-step scratch
         self._swap_out: list[SwapOp] = []
         self._swap_in: list[SwapOp] = []
@@ -87,8 +83,8 @@ class Scheduler:
         if request.prompt_len + request.output_len > self.cfg.max_model_len:
             self._reject(group, f"prompt {request.prompt_len} + output {request.output_len} tokens "
                                 f"exceed max_model_len {self.cfg.max_model_len}")
-        elif self._kv_final_len(group) > self.allocator.num_slots:
-            self._reject(group, f"needs {self._kv_final_len(group)} KV slots; the pool has {self.allocator.num_slots}")
+        elif group.kv_final_len > self.allocator.num_slots:
+            self._reject(group, f"needs {group.kv_final_len} KV slots; the pool has {self.allocator.num_slots}")
         elif not self.cfg.chunked_prefill and request.prompt_len > self.cfg.max_num_batched_tokens:
             self._reject(group, f"prompt of {request.prompt_len} tokens exceeds max_num_batched_tokens "
                                 f"{self.cfg.max_num_batched_tokens} with chunked_prefill off")
@@ -202,7 +198,7 @@ class Scheduler:
         while forks:
             fork = forks[0]
             child_id = self.new_seq_id()
-            if not self.allocator.fork(fork.parent.seq_id, child_id, self._kv_final_len(group)):
+            if not self.allocator.fork(fork.parent.seq_id, child_id, group.kv_final_len):
                 raise _OutOfMemory
             forks.pop(0)
             child = Seq(child_id, fork.parent.tokens[:-1] + [fork.token],
@@ -290,8 +286,6 @@ class Scheduler:
             group.status = GroupStatus.WAITING
             self.waiting.appendleft(group)
         self._materialize_forks(group)
-        if self._on_preempt is not None:
-            self._on_preempt(group)
 
     def _drop_copies_into(self, victim_slots: set[int]) -> dict[int, int]:
         """Copies queued this step into slots about to be swapped out: the executor swaps out
@@ -360,7 +354,7 @@ class Scheduler:
     def _admit_seqs(self, group: Group) -> Fit:
         """Admit every sequence of the group or none of them."""
         done: list[Seq] = []
-        final_len = self._kv_final_len(group)
+        final_len = group.kv_final_len
         for seq in group.seqs:
             admission = self.allocator.admit(seq.seq_id, seq.tokens, self.cfg.max_model_len, final_len)
             if not admission.ok:
@@ -392,13 +386,8 @@ class Scheduler:
     def _reject(self, group: Group, reason: str) -> None:
         group.status = GroupStatus.REJECTED
         group.reject_reason = reason or "can never fit"
-        self.rejected.append(group)
 
     # -- helpers -----------------------------------------------------------------------------
-    def _kv_final_len(self, group: Group) -> int:
-        """Slots one sequence of the group fills by its end: the last sampled token is never stored."""
-        return group.request.prompt_len + group.request.output_len - 1
-
     def _slots_of(self, seq: Seq, start: int, stop: int) -> list[int]:
         table = self.allocator.block_table(seq.seq_id)
         bs = self.allocator.block_size

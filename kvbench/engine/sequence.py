@@ -56,6 +56,11 @@ class Group:
         return max(self.request.n, self.request.beam_width)
 
     @property
+    def kv_final_len(self) -> int:
+        """Slots each sequence fills by its end: the last sampled token is never stored."""
+        return self.request.prompt_len + self.request.output_len - 1
+
+    @property
     def is_beam(self) -> bool:
         return self.request.beam_width > 1
 
