@@ -45,12 +45,17 @@ class Variant:
     num_kv_heads: int = 8
     block_size: int = 16
     num_seqs: int = 8
+    window: int | None = None  # sliding window (SLIDING)
+    softcap: float | None = None  # logit soft-capping (SOFTCAP)
 
 
 def _variants(quick: bool) -> list[Variant]:
     v = [Variant("decode bf16 d128 bs16", "decode"), Variant("prefill bf16 d128 bs16", "prefill"),
          Variant("split bf16 d128 bs16", "split"), Variant("store bf16 d128", "store"),
-         Variant("copy bf16 d128", "copy")]
+         Variant("copy bf16 d128", "copy"),
+         Variant("decode bf16 window+cap", "decode", head_size=256, window=4096, softcap=50.0),
+         Variant("prefill bf16 window+cap", "prefill", head_size=256, window=4096, softcap=50.0),
+         Variant("split bf16 window", "split", window=4096)]
     if quick:
         return v
     for mode in ("decode", "prefill"):
@@ -86,10 +91,10 @@ def _launches(v: Variant) -> list[tuple]:
     block_tables = torch.empty((v.num_seqs, 64), dtype=torch.int32, **meta)
     lens = torch.empty(v.num_seqs, dtype=torch.int32, **meta)
     qsl = torch.empty(v.num_seqs + 1, dtype=torch.int32, **meta)
-    shape = check_attention_args(query, cache, cache, block_tables, lens, qsl, 0.1, None, None)
+    shape = check_attention_args(query, cache, cache, block_tables, lens, qsl, 0.1, None, None, v.window, v.softcap)
     config = pick_config(shape.num_queries_per_kv, v.head_size, v.dtype, decode_only=q_len == 1)
     return launch_plan(query, cache, cache, block_tables, lens, qsl, 0.1, torch.empty_like(query), shape, config,
-                       8 if v.mode == "split" else 1)
+                       8 if v.mode == "split" else 1, window=v.window, softcap=v.softcap)
 
 
 def compile_launch(kernel, kwargs: dict, arch: int):

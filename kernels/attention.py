@@ -69,12 +69,17 @@ def _attend_kv_tile(
     k_head_ptr, v_head_ptr,  # cache base pointers advanced to this KV head
     stride_kb, stride_ks, stride_vb, stride_vs,
     scale_log2,
+    window,  # SLIDING: keys at positions <= q_pos - window are masked
+    softcap_in,  # SOFTCAP: scale / softcap
+    softcap_out,  # SOFTCAP: softcap * log2(e)
     BLOCK_SIZE: tl.constexpr,
     BLOCK_N: tl.constexpr,
     HEAD_SIZE: tl.constexpr,
     HEAD_PAD: tl.constexpr,
     IEEE_DOT: tl.constexpr,
     INTERPRET: tl.constexpr,
+    SLIDING: tl.constexpr,
+    SOFTCAP: tl.constexpr,
 ):
     """One online-softmax step over BLOCK_N keys; returns the updated (m_i, l_i, acc)."""
     dims = tl.arange(0, HEAD_PAD)
@@ -101,8 +106,16 @@ def _attend_kv_tile(
         s = tl.dot(q, k, input_precision="ieee")
     else:
         s = tl.dot(q, k)
-    s = s * scale_log2  # [BLOCK_M, BLOCK_N]
-    s = tl.where(pos[None, :] <= q_pos[:, None], s, float("-inf"))  # causal (and past the context end)
+    if SOFTCAP:
+        # softcap * tanh(scale * s / softcap), tanh(y) = 1 - 2 / (1 + e^(2y)) (saturates cleanly at +-1)
+        capped = 1.0 - 2.0 / (1.0 + tl.exp2(s * (softcap_in * 2.8853900817779268)))  # 2 * log2(e)
+        s = capped * softcap_out  # [BLOCK_M, BLOCK_N]
+    else:
+        s = s * scale_log2  # [BLOCK_M, BLOCK_N]
+    keep = pos[None, :] <= q_pos[:, None]  # causal (and past the context end)
+    if SLIDING:
+        keep = keep & (pos[None, :] > q_pos[:, None] - window)
+    s = tl.where(keep, s, float("-inf"))
 
     m_new = tl.maximum(m_i, tl.max(s, 1))
     p = tl.exp2(s - m_new[:, None])  # [BLOCK_M, BLOCK_N]
@@ -132,6 +145,9 @@ def _paged_attention_kernel(
     context_lens_ptr,  # [B] int32
     query_start_loc_ptr,  # [B + 1] int32
     scale_log2,  # float32: softmax scale * log2(e)
+    window,  # SLIDING: each query attends to its last ``window`` positions (itself included)
+    softcap_in,  # SOFTCAP: scale / softcap
+    softcap_out,  # SOFTCAP: softcap * log2(e)
     num_seqs,
     num_tokens,  # T
     num_heads,  # Hq
@@ -150,6 +166,8 @@ def _paged_attention_kernel(
     SPLIT: tl.constexpr,  # True: grid axis 2 indexes KV splits, write partials
     IEEE_DOT: tl.constexpr,  # float32 inputs: exact dot instead of tf32
     INTERPRET: tl.constexpr,  # running under TRITON_INTERPRET=1
+    SLIDING: tl.constexpr,  # sliding-window attention (``window``)
+    SOFTCAP: tl.constexpr,  # logit soft-capping (``softcap_in``, ``softcap_out``)
 ):
     tile = tl.program_id(0)
     kv_head = tl.program_id(1)
@@ -177,11 +195,14 @@ def _paged_attention_kernel(
     q = tl.load(query_ptr + token[:, None] * stride_qt + head[:, None] * stride_qh + dims[None, :],
                 mask=row_valid[:, None] & dim_valid[None, :], other=0.0)  # [BLOCK_M, HEAD_PAD]
 
-    # Keys this tile needs: [0, kv_end); this split takes a contiguous run of its BLOCK_N tiles.
+    # Keys this tile needs: [kv_start, kv_end); this split takes a contiguous run of its BLOCK_N tiles.
     kv_end = tl.minimum(first_q_pos + q_tile_start + BLOCK_Q, context_len)
     num_kv_tiles = tl.cdiv(kv_end, BLOCK_N)
-    tiles_per_split = tl.cdiv(num_kv_tiles, num_splits)
-    tile_lo = split * tiles_per_split
+    first_kv_tile = 0
+    if SLIDING:  # tiles wholly before the window of the tile's first query are skipped
+        first_kv_tile = tl.maximum(first_q_pos + q_tile_start - window + 1, 0) // BLOCK_N
+    tiles_per_split = tl.cdiv(num_kv_tiles - first_kv_tile, num_splits)
+    tile_lo = first_kv_tile + split * tiles_per_split
     tile_hi = tl.minimum(tile_lo + tiles_per_split, num_kv_tiles)
 
     m_i = tl.full([BLOCK_M], -1.0e30, tl.float32)  # running max (finite: a fully masked tile gives no NaN)
@@ -199,15 +220,15 @@ def _paged_attention_kernel(
         while kv_tile < tile_hi:
             m_i, l_i, acc = _attend_kv_tile(
                 q, m_i, l_i, acc, kv_tile, kv_end, q_pos, block_table_row, k_head_ptr, v_head_ptr,
-                stride_kb, stride_ks, stride_vb, stride_vs, scale_log2, BLOCK_SIZE, BLOCK_N, HEAD_SIZE, HEAD_PAD,
-                IEEE_DOT, INTERPRET)
+                stride_kb, stride_ks, stride_vb, stride_vs, scale_log2, window, softcap_in, softcap_out,
+                BLOCK_SIZE, BLOCK_N, HEAD_SIZE, HEAD_PAD, IEEE_DOT, INTERPRET, SLIDING, SOFTCAP)
             kv_tile += 1
     else:
         for kv_tile in range(tile_lo, tile_hi):
             m_i, l_i, acc = _attend_kv_tile(
                 q, m_i, l_i, acc, kv_tile, kv_end, q_pos, block_table_row, k_head_ptr, v_head_ptr,
-                stride_kb, stride_ks, stride_vb, stride_vs, scale_log2, BLOCK_SIZE, BLOCK_N, HEAD_SIZE, HEAD_PAD,
-                IEEE_DOT, INTERPRET)
+                stride_kb, stride_ks, stride_vb, stride_vs, scale_log2, window, softcap_in, softcap_out,
+                BLOCK_SIZE, BLOCK_N, HEAD_SIZE, HEAD_PAD, IEEE_DOT, INTERPRET, SLIDING, SOFTCAP)
 
     has_keys = l_i > 0.0  # false only for padding rows and for splits with no key in range
     l_safe = tl.where(has_keys, l_i, 1.0)
@@ -318,7 +339,7 @@ def device_guard(tensor: torch.Tensor):
 
 
 def paged_attention(query, key_cache, value_cache, block_tables, context_lens, query_start_loc, scale,
-                    *, out=None, num_splits=None):
+                    *, out=None, num_splits=None, window=None, softcap=None):
     """Causal attention of each sequence's new query tokens over its paged K/V.
 
     query [T, Hq, D]; key_cache/value_cache [num_blocks, block_size, Hkv, D] (same dtype: float32,
@@ -326,15 +347,18 @@ def paged_attention(query, key_cache, value_cache, block_tables, context_lens, q
     new ones included); query_start_loc [B + 1] int32; scale: softmax scale. Returns out [T, Hq, D]
     (written into ``out`` when given). num_splits: None lets the launcher choose split-K; an
     integer forces it (1 = no split). The K/V of the new tokens must already be in the pool.
+    window: sliding-window attention, each query sees its last ``window`` positions (itself included;
+    transformers' ``sliding_window``); softcap: scores become ``softcap * tanh(scale * q.k / softcap)``
+    (Gemma-2's ``attn_logit_softcapping``). Both None: plain causal attention.
     """
     return _paged_attention(query, key_cache, value_cache, block_tables, context_lens, query_start_loc, scale,
-                            out=out, num_splits=num_splits)
+                            out=out, num_splits=num_splits, window=window, softcap=softcap)
 
 
 def _paged_attention(query, key_cache, value_cache, block_tables, context_lens, query_start_loc, scale,
-                     *, out=None, num_splits=None, config: AttentionConfig | None = None):
+                     *, out=None, num_splits=None, config: AttentionConfig | None = None, window=None, softcap=None):
     shape = check_attention_args(query, key_cache, value_cache, block_tables, context_lens, query_start_loc,
-                                 scale, out, num_splits)
+                                 scale, out, num_splits, window, softcap)
     _check_device(query)
     if out is None:
         out = torch.empty_like(query)
@@ -345,23 +369,27 @@ def _paged_attention(query, key_cache, value_cache, block_tables, context_lens, 
         config = pick_config(shape.num_queries_per_kv, shape.pool.head_size, query.dtype, decode_only)
     if num_splits is None:
         max_context = shape.max_blocks * shape.pool.block_size  # host-side bound: no device sync
+        if window is not None:
+            max_context = min(max_context, window)  # keys a decode token reads
         num_splits = choose_num_splits(shape.num_seqs, shape.pool.num_kv_heads, max_context,
                                        _num_sms(query.device), decode_only)
     with device_guard(query):
         _launch(query, key_cache, value_cache, block_tables, context_lens, query_start_loc, scale, out,
-                shape, config, num_splits)
+                shape, config, num_splits, window, softcap)
     return out
 
 
 def _launch(query, key_cache, value_cache, block_tables, context_lens, query_start_loc, scale, out,
-            shape: AttentionShape, config: AttentionConfig, num_splits: int) -> None:
+            shape: AttentionShape, config: AttentionConfig, num_splits: int, window, softcap) -> None:
     for kernel, grid, kwargs in launch_plan(query, key_cache, value_cache, block_tables, context_lens,
-                                            query_start_loc, scale, out, shape, config, num_splits):
+                                            query_start_loc, scale, out, shape, config, num_splits,
+                                            window=window, softcap=softcap):
         kernel[grid](**kwargs)
 
 
 def launch_plan(query, key_cache, value_cache, block_tables, context_lens, query_start_loc, scale, out,
-                shape: AttentionShape, config: AttentionConfig, num_splits: int) -> list[tuple]:
+                shape: AttentionShape, config: AttentionConfig, num_splits: int, *,
+                window: int | None = None, softcap: float | None = None) -> list[tuple]:
     """The (kernel, grid, keyword arguments) launches of one call, in order (also used by kernels.aot)."""
     group = shape.num_queries_per_kv
     block_m = max(config.block_m, triton.next_power_of_2(group))
@@ -387,6 +415,9 @@ def launch_plan(query, key_cache, value_cache, block_tables, context_lens, query
         context_lens_ptr=context_lens,
         query_start_loc_ptr=query_start_loc,
         scale_log2=float(scale) * LOG2_E,
+        window=int(window or 0),
+        softcap_in=float(scale) / softcap if softcap else 0.0,
+        softcap_out=float(softcap) * LOG2_E if softcap else 0.0,
         num_seqs=shape.num_seqs,
         num_tokens=shape.num_tokens,
         num_heads=shape.num_heads,
@@ -405,6 +436,8 @@ def launch_plan(query, key_cache, value_cache, block_tables, context_lens, query
         SPLIT=split,
         IEEE_DOT=query.dtype == torch.float32,
         INTERPRET=INTERPRETED,
+        SLIDING=window is not None,
+        SOFTCAP=softcap is not None,
         num_warps=config.num_warps,
         num_stages=config.num_stages,
     ))]

@@ -109,7 +109,7 @@ def _check_like(name: str, tensor, like: torch.Tensor, like_name: str) -> None:
 
 
 def check_attention_args(query, key_cache, value_cache, block_tables, context_lens, query_start_loc,
-                         scale, out, num_splits) -> AttentionShape:
+                         scale, out, num_splits, window=None, softcap=None) -> AttentionShape:
     pool = check_pool(key_cache, value_cache)
     device = key_cache.device
     _check_tensor("query", query, "[num_tokens, num_heads, head_size]", 3)
@@ -132,6 +132,11 @@ def check_attention_args(query, key_cache, value_cache, block_tables, context_le
 
     require(isinstance(scale, (int, float)) and not isinstance(scale, bool) and math.isfinite(scale),
             f"scale must be a finite Python number, got {scale!r}")
+    require(window is None or (isinstance(window, int) and not isinstance(window, bool) and window >= 1),
+            f"window must be None or an integer >= 1 (keys per query, itself included), got {window!r}")
+    require(softcap is None or (isinstance(softcap, (int, float)) and not isinstance(softcap, bool)
+                                and math.isfinite(softcap) and softcap > 0),
+            f"softcap must be None or a finite number > 0, got {softcap!r}")
     if out is not None:
         _check_tensor("out", out, "[num_tokens, num_heads, head_size]", 3)
         require(out.shape == query.shape, f"out shape {list(out.shape)} differs from query shape {list(query.shape)}")

@@ -12,10 +12,12 @@ from kernels.checks import check_attention_args, check_copy_args, check_store_ar
 
 
 def paged_attention_ref(query, key_cache, value_cache, block_tables, context_lens, query_start_loc, scale,
-                        *, out=None, num_splits=None):
-    """Causal attention of each sequence's new tokens over its cached K/V (see ``paged_attention``)."""
+                        *, out=None, num_splits=None, window=None, softcap=None):
+    """Causal attention of each sequence's new tokens over its cached K/V (see ``paged_attention``):
+    scores = scale * q.k, then ``softcap * tanh(scores / softcap)`` when softcap is set, then the
+    causal mask, narrowed to the last ``window`` positions (the query's own included) when set."""
     shape = check_attention_args(query, key_cache, value_cache, block_tables, context_lens, query_start_loc,
-                                 scale, out, num_splits)
+                                 scale, out, num_splits, window, softcap)
     del num_splits  # the reference never splits
     if out is None:
         out = torch.empty_like(query)
@@ -33,8 +35,12 @@ def paged_attention_ref(query, key_cache, value_cache, block_tables, context_len
         k = key_cache[blocks, offsets].float().repeat_interleave(group, dim=1)  # [context_len, Hq, D]
         v = value_cache[blocks, offsets].float().repeat_interleave(group, dim=1)
         scores = torch.einsum("qhd,khd->hqk", q, k) * scale  # [Hq, q_len, context_len]
+        if softcap is not None:
+            scores = torch.tanh(scores / softcap) * softcap
         q_positions = context_len - q_len + torch.arange(q_len, device=query.device)
         causal = positions[None, :] <= q_positions[:, None]  # [q_len, context_len]
+        if window is not None:
+            causal &= positions[None, :] > q_positions[:, None] - window
         scores = scores.masked_fill(~causal, float("-inf"))
         probs = torch.softmax(scores, dim=-1)
         out[starts[b]: starts[b + 1]] = torch.einsum("hqk,khd->qhd", probs, v).to(out.dtype)
