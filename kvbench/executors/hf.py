@@ -14,6 +14,11 @@ Timings of a step (``StepResult.timings``; wall time, synchronised on CUDA): ``a
 the attention hook: store + paged attention, summed over layers), ``forward_s`` (the rest of the
 forward, the LM head on the sampled rows included), ``sampling_s``, ``copy_s``, ``swap_s``; and
 ``duration_s``, the whole ``execute`` (input building included).
+
+At construction one probe forward reads every layer's attention features (``kvbench.hf.features``):
+a model whose attention the hook cannot reproduce exactly is refused there, before any step, and
+the layers' sliding windows must equal the config's (``KVGeometry.windows``). Gemma's final logit
+soft-capping is applied to the sampled rows' logits as the model's own head does.
 """
 from __future__ import annotations
 
@@ -28,6 +33,7 @@ from kvbench.batch import StepBatch, StepResult
 from kvbench.config import ConfigError
 from kvbench.geometry import KVGeometry
 from kvbench.hf.attention import LayerTimer, StepAttention, register, step_attention
+from kvbench.hf.features import check_windows, probe_layers
 from kvbench.hf.model import DTYPES, build_model
 from kvbench.hf.pool import KVPool
 from kvbench.hf.sampling import Sampler, SamplingParams
@@ -107,8 +113,12 @@ class HFExecutor:
         self.batched_torch = attention == "torch" and torch_path == "batched"
         self.model = model if model is not None else build_model(model_cfg, device=self.device, seed=int(seed))
         self.model.set_attn_implementation(register())
+        # every layer's attention features, refused here (before any step) when the hook cannot honour them
+        self.layers = probe_layers(self.model, geometry.num_layers)
+        check_windows(self.layers, geometry.windows, str(model_cfg.name))
         self.base = self.model.base_model
         self.lm_head = self.model.get_output_embeddings()
+        self.final_softcap = getattr(self.model.config, "final_logit_softcapping", None)  # Gemma-2/3
         self.pool = KVPool(num_layers=geometry.num_layers, num_slots=self.num_slots, block_size=self.block_size,
                            num_kv_heads=geometry.num_kv_heads, head_size=geometry.head_size,
                            dtype=DTYPES[geometry.dtype], device=self.device)
@@ -148,6 +158,8 @@ class HFExecutor:
                                        "the paged attention hook; this model does not route attention through "
                                        "transformers' AttentionInterface")
                 logits = self.lm_head(hidden[0, sample_rows]) if sampled else None
+                if logits is not None and self.final_softcap:
+                    logits = torch.tanh(logits / self.final_softcap) * self.final_softcap
                 t_forward = self._now()
                 attention_s = self.timer.total_s()
                 timings["attention_s"] = attention_s

@@ -9,6 +9,10 @@ block tables (``paged_attention``), or, for ``engine.attention=torch`` with the 
 ``kvbench.hf.torch_attention``. The step's index tensors and pool live in a ``StepAttention``
 that the executor installs for the duration of one forward (``with step_attention(step): ...``);
 the registry has no mask function for this name, so transformers builds no attention mask.
+
+Each call's features (scale, per-layer sliding window, logit soft-cap) are read by
+``kvbench.hf.features.read_layer``, which refuses anything else; with an ``AttentionProbe``
+installed instead of a step, the hook only records them (``features.probe_layers``).
 """
 from __future__ import annotations
 
@@ -20,6 +24,7 @@ import kvbench.hf  # noqa: F401
 import torch
 
 from kvbench.hf import torch_attention
+from kvbench.hf.features import AttentionProbe, read_layer
 from kvbench.hf.torch_attention import TorchAttentionPlan
 
 ATTN_NAME = "kvbench_paged"
@@ -102,8 +107,10 @@ def paged_attention_forward(module, query, key, value, attention_mask=None, scal
     if query.shape[0] != 1:
         raise ValueError(f"{ATTN_NAME} attention takes one packed batch row, got batch {query.shape[0]}")
     layer = module.layer_idx
-    if scaling is None:
-        scaling = getattr(module, "scaling", query.shape[-1] ** -0.5)
+    features = read_layer(module, query, scaling, dropout, kwargs)
+    if isinstance(step, AttentionProbe):
+        step.layers[layer] = features
+        return torch.zeros_like(query).transpose(1, 2), None
     step.timer.start()
     q = query[0].transpose(0, 1)  # [T, Hq, D], stride(-1) == 1
     k = key[0].transpose(0, 1)  # [T, Hkv, D]
@@ -112,11 +119,13 @@ def paged_attention_forward(module, query, key, value, attention_mask=None, scal
     out = torch.empty((q.shape[0], q.shape[1], q.shape[2]), dtype=q.dtype, device=q.device)
     if step.plan is not None:
         torch_attention.store_kv(k, v, key_cache, value_cache, step.slot_mapping)
-        torch_attention.attention(step.plan, query[0], key[0], value[0], key_cache, value_cache, float(scaling), out)
+        torch_attention.attention(step.plan, query[0], key[0], value[0], key_cache, value_cache, features.scale, out,
+                                  window=features.window, softcap=features.softcap)
     else:
         step.store_kv(k, v, key_cache, value_cache, step.slot_mapping)
         step.paged_attention(q, key_cache, value_cache, step.block_tables, step.context_lens,
-                             step.query_start_loc, float(scaling), out=out)
+                             step.query_start_loc, features.scale, out=out, window=features.window,
+                             softcap=features.softcap)
     step.timer.stop()
     step.calls += 1
     return out.unsqueeze(0), None

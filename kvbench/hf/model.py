@@ -19,7 +19,19 @@ import torch
 
 from kvbench.config import ConfigError
 
-FAMILIES = ("opt", "llama", "mistral", "qwen2")
+# model.family -> transformers model_type. Every family routes attention through the registry.
+FAMILIES = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "phi", "phi3", "gemma",
+            "gemma2", "gemma3_text", "gpt2", "gpt_neox", "opt", "starcoder2", "olmo", "olmo2")
+NO_GQA = ("gpt2", "gpt_neox", "opt")  # one KV head per query head
+HEAD_DIM_FAMILIES = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma", "gemma2",
+                     "gemma3_text", "olmo", "olmo2")  # configs with a head_dim field (else hidden / heads)
+SLIDING_FAMILIES = ("mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", "phi3", "gemma2", "gemma3_text",
+                    "starcoder2")
+LAYER_TYPE_FAMILIES = ("qwen2", "qwen3", "gemma2", "gemma3_text")  # configs with per-layer layer_types
+# Optional model-config keys passed to the family's config class as they are (when set).
+PASSTHROUGH = ("attn_logit_softcapping", "final_logit_softcapping", "query_pre_attn_scalar", "num_experts",
+               "num_local_experts", "num_experts_per_tok", "moe_intermediate_size",
+               "shared_expert_intermediate_size", "partial_rotary_factor", "hidden_act", "hidden_activation")
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
@@ -29,45 +41,72 @@ def _get(model_cfg, key: str, default):
 
 
 def hf_config(model_cfg):
-    """The transformers config of a kvbench model config's architecture (no special tokens: the
-    engine ignores EOS, and generation must not stop on one)."""
-    from transformers import LlamaConfig, MistralConfig, OPTConfig, Qwen2Config
+    """The transformers config of a kvbench model config's architecture: the family's own config
+    class with the geometry, the sliding windows of ``kvbench.geometry.layer_windows`` and the
+    optional PASSTHROUGH keys. No special tokens (generation must not stop on an EOS the workload
+    did not ask for; ``model.eos_token_id`` names one for ``workload.ignore_eos=false``)."""
+    from transformers import AutoConfig
+
+    from kvbench.geometry import layer_windows
 
     family = str(model_cfg.family)
-    common = dict(
-        vocab_size=int(model_cfg.vocab_size),
-        hidden_size=int(model_cfg.hidden_size),
-        num_hidden_layers=int(model_cfg.num_layers),
-        num_attention_heads=int(model_cfg.num_heads),
-        max_position_embeddings=int(model_cfg.max_model_len),
-        initializer_range=float(_get(model_cfg, "init_std", 0.02)),
-        bos_token_id=None, eos_token_id=None, pad_token_id=None,
-        dtype=str(model_cfg.dtype),
-    )
+    if family not in FAMILIES:
+        raise ConfigError(f"model.family must be one of {', '.join(FAMILIES)}; got {family!r}")
+    name, heads, kv_heads = model_cfg.name, int(model_cfg.num_heads), int(model_cfg.num_kv_heads)
+    head_size, hidden = int(model_cfg.head_size), int(model_cfg.hidden_size)
+    if family in NO_GQA and kv_heads != heads:
+        raise ConfigError(f"model {name}: {family} has no grouped-query attention (num_kv_heads must equal num_heads)")
+    if family not in HEAD_DIM_FAMILIES and head_size * heads != hidden:
+        raise ConfigError(f"model {name}: {family} needs head_size * num_heads == hidden_size")
+    try:
+        windows = layer_windows(model_cfg)
+    except ValueError as exc:
+        raise ConfigError(f"model {name}: {exc}") from None
+    if windows and family not in SLIDING_FAMILIES:
+        raise ConfigError(f"model {name}: {family} has no sliding-window attention (model.sliding_window must be "
+                          f"null; families with one: {', '.join(SLIDING_FAMILIES)})")
+    if windows and family not in LAYER_TYPE_FAMILIES and None in windows:
+        raise ConfigError(f"model {name}: {family} slides every layer or none (model.layer_types is not supported)")
+    common = dict(vocab_size=int(model_cfg.vocab_size), initializer_range=float(_get(model_cfg, "init_std", 0.02)),
+                  bos_token_id=None, eos_token_id=None, pad_token_id=None, dtype=str(model_cfg.dtype))
+    extra = {key: _get(model_cfg, key, None) for key in PASSTHROUGH if _get(model_cfg, key, None) is not None}
     if family == "opt":
-        if int(model_cfg.num_kv_heads) != int(model_cfg.num_heads):
-            raise ConfigError(f"model {model_cfg.name}: OPT has no grouped-query attention "
-                              "(num_kv_heads must equal num_heads)")
-        if int(model_cfg.head_size) * int(model_cfg.num_heads) != int(model_cfg.hidden_size):
-            raise ConfigError(f"model {model_cfg.name}: OPT needs head_size * num_heads == hidden_size")
-        config = OPTConfig(ffn_dim=int(model_cfg.intermediate_size), word_embed_proj_dim=int(model_cfg.hidden_size),
-                           do_layer_norm_before=True, enable_bias=True, dropout=0.0, attention_dropout=0.0,
-                           tie_word_embeddings=True, **common)
+        config = AutoConfig.for_model(
+            "opt", hidden_size=hidden, num_hidden_layers=int(model_cfg.num_layers), num_attention_heads=heads,
+            max_position_embeddings=int(model_cfg.max_model_len), ffn_dim=int(model_cfg.intermediate_size),
+            word_embed_proj_dim=hidden, do_layer_norm_before=True, enable_bias=True, dropout=0.0,
+            attention_dropout=0.0, tie_word_embeddings=True, **common, **extra)
         config.tie_word_embeddings = _tied(model_cfg, config, default=True)
         return config
-    classes = {"llama": LlamaConfig, "mistral": MistralConfig, "qwen2": Qwen2Config}
-    if family not in classes:
-        raise ConfigError(f"model.family must be one of {', '.join(FAMILIES)}; got {family!r}")
-    no_window = {"mistral": {"sliding_window": None}, "qwen2": {"use_sliding_window": False}}
-    extra = no_window.get(family, {})
-    config = classes[family](
-        intermediate_size=int(model_cfg.intermediate_size),
-        num_key_value_heads=int(model_cfg.num_kv_heads),
-        head_dim=int(model_cfg.head_size),
-        tie_word_embeddings=True,
-        rms_norm_eps=float(_get(model_cfg, "rms_norm_eps", 1e-6)),
-        rope_parameters={"rope_type": "default", "rope_theta": float(_get(model_cfg, "rope_theta", 10000.0))},
-        **extra, **common)
+    if family == "gpt2":
+        config = AutoConfig.for_model(
+            "gpt2", n_embd=hidden, n_layer=int(model_cfg.num_layers), n_head=heads,
+            n_positions=int(model_cfg.max_model_len), n_inner=int(model_cfg.intermediate_size), resid_pdrop=0.0,
+            embd_pdrop=0.0, attn_pdrop=0.0, tie_word_embeddings=True, **common, **extra)
+        config.tie_word_embeddings = _tied(model_cfg, config, default=True)
+        return config
+    kwargs = dict(hidden_size=hidden, num_hidden_layers=int(model_cfg.num_layers), num_attention_heads=heads,
+                  intermediate_size=int(model_cfg.intermediate_size),
+                  max_position_embeddings=int(model_cfg.max_model_len), tie_word_embeddings=True, **common, **extra)
+    if family not in NO_GQA:
+        kwargs["num_key_value_heads"] = kv_heads
+    if family in HEAD_DIM_FAMILIES:
+        kwargs["head_dim"] = head_size
+    if family in ("gpt_neox", "phi"):
+        kwargs["layer_norm_eps"] = float(_get(model_cfg, "rms_norm_eps", 1e-5))
+    else:
+        kwargs["rms_norm_eps"] = float(_get(model_cfg, "rms_norm_eps", 1e-6))
+    rope_theta = _get(model_cfg, "rope_theta", None)
+    if rope_theta is not None or family != "gemma3_text":  # Gemma-3 keeps its per-layer-type rope defaults
+        kwargs["rope_parameters"] = {"rope_type": "default", "rope_theta": float(rope_theta or 10000.0)}
+    if family in SLIDING_FAMILIES:
+        kwargs["sliding_window"] = next((w for w in windows if w is not None), None)
+        if family in ("qwen2", "qwen3", "qwen3_moe"):
+            kwargs["use_sliding_window"] = bool(windows)
+        if family in LAYER_TYPE_FAMILIES:
+            kwargs["layer_types"] = ["sliding_attention" if w is not None else "full_attention"
+                                     for w in (windows or (None,) * int(model_cfg.num_layers))]
+    config = AutoConfig.for_model(family, **kwargs)
     config.tie_word_embeddings = _tied(model_cfg, config, default=False)
     return config
 
@@ -111,7 +150,13 @@ def _dummy(model_cfg, device: str, seed: int, dtype: torch.dtype, attn_implement
     cuda = [torch.device(device).index or 0] if torch.device(device).type == "cuda" else []
     with torch.random.fork_rng(devices=cuda), torch.device(device):
         torch.manual_seed(seed)
-        return AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation=attn_implementation)
+        try:
+            return AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation=attn_implementation)
+        except ValueError as exc:  # e.g. Gemma-2 has no SDPA path: its own eager attention instead
+            if attn_implementation != "sdpa" or "does not support" not in str(exc):
+                raise
+        torch.manual_seed(seed)
+        return AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation="eager")
 
 
 def model_path(model_cfg) -> Path:

@@ -16,12 +16,17 @@ instead of a Python loop of small ones:
   chunk after a cached prefix (chunked prefill, prefix-cache hit) gathers its context and uses a
   causal mask offset by the prefix.
 
+Per-layer features (``attention(..., window=, softcap=)``): a sliding window masks keys more than
+``window - 1`` positions behind the query (the masks are built once per step and window, shared by
+the layers with that window); soft-capping replaces the scores by ``softcap * tanh(scores /
+softcap)`` before the mask, so its prefill chunks use an explicit softmax instead of SDPA.
+
 The gather through the block table is the paged cost the harness measures; it is counted in
 ``attention_s``. Off float32, scores and softmax run in float32 (inputs are upcast).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -39,6 +44,21 @@ class _DecodeBucket:
     index: torch.Tensor  # [Hkv * n * width] int64 gather index of their K/V (see _head_major_index)
     bias: torch.Tensor  # [Hkv * n, 1, width] float32: 0, or -inf past a sequence's context
     width: int  # the longest context of the bucket
+    context: np.ndarray  # [n] context lengths of its sequences
+    window_bias: dict[int, torch.Tensor] = field(default_factory=dict)  # window -> bias with it applied
+
+    def bias_for(self, window: int | None) -> torch.Tensor:
+        """The key mask of this bucket, narrowed to the last ``window`` positions when set."""
+        if window is None or window >= self.width:
+            return self.bias
+        if window not in self.window_bias:
+            positions = np.arange(self.width)
+            ctx = self.context[:, None]
+            drop = (positions[None, :] >= ctx) | (positions[None, :] < ctx - window)  # [n, width]
+            bias = np.where(drop, -np.inf, 0.0).astype(np.float32)
+            heads = self.bias.shape[0] // len(self.context)
+            self.window_bias[window] = torch.from_numpy(np.tile(bias, (heads, 1))[:, None, :]).to(self.bias.device)
+        return self.window_bias[window]
 
 
 def _length_buckets(ctx: np.ndarray) -> list[np.ndarray]:
@@ -68,7 +88,7 @@ def _decode_bucket(members: np.ndarray, starts: np.ndarray, context: np.ndarray,
         index=_head_major_index(slots, num_kv_heads, device),
         # one row per (KV head, sequence), broadcast over its query heads
         bias=torch.from_numpy(np.tile(bias, (num_kv_heads, 1))[:, None, :]).to(device),
-        width=width)
+        width=width, context=ctx)
 
 
 @dataclass(slots=True)
@@ -77,6 +97,21 @@ class _Prefill:
     stop: int
     slots: torch.Tensor | None  # [Hkv * context] gather index (see _head_major_index); None: no prefix
     mask: torch.Tensor | None  # [q_len, context] bool (True = attend); None: plain causal
+    context: int = 0
+    window_mask: dict[int | None, torch.Tensor] = field(default_factory=dict)
+
+    def mask_for(self, window: int | None) -> torch.Tensor:
+        """The explicit [q_len, context] mask (True = attend), narrowed to ``window`` when set."""
+        if window not in self.window_mask:
+            q_pos = np.arange(self.context - (self.stop - self.start), self.context)[:, None]
+            positions = np.arange(self.context)[None, :]
+            keep = positions <= q_pos
+            if window is not None:
+                keep &= positions > q_pos - window
+            device = self.mask.device if self.mask is not None else (self.slots.device if self.slots is not None
+                                                                     else torch.device("cpu"))
+            self.window_mask[window] = torch.from_numpy(keep).to(device)
+        return self.window_mask[window]
 
 
 class TorchAttentionPlan:
@@ -109,7 +144,7 @@ class TorchAttentionPlan:
                 slots = _head_major_index(tables[b, positions // block_size].astype(np.int64) * block_size
                                           + positions % block_size, num_kv_heads, device)
                 mask = torch.from_numpy(positions[None, :] <= np.arange(ctx - q_len, ctx)[:, None]).to(device)
-            self.prefills.append(_Prefill(int(starts[b]), int(starts[b + 1]), slots, mask))
+            self.prefills.append(_Prefill(int(starts[b]), int(starts[b + 1]), slots, mask, ctx))
 
 
 def store_kv(key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
@@ -133,9 +168,10 @@ def _gather(cache: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
 
 
 def attention(plan: TorchAttentionPlan, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-              key_cache: torch.Tensor, value_cache: torch.Tensor, scale: float, out: torch.Tensor) -> torch.Tensor:
+              key_cache: torch.Tensor, value_cache: torch.Tensor, scale: float, out: torch.Tensor, *,
+              window: int | None = None, softcap: float | None = None) -> torch.Tensor:
     """query [Hq, T, D], key/value [Hkv, T, D] (this step's tokens, already stored in the pool) ->
-    out [T, Hq, D]."""
+    out [T, Hq, D]. window / softcap as ``kernels.paged_attention_ref``."""
     num_blocks, block_size, kv_heads, dim = key_cache.shape
     num_heads, num_tokens = query.shape[0], query.shape[1]
     group = num_heads // kv_heads
@@ -149,7 +185,12 @@ def attention(plan: TorchAttentionPlan, query: torch.Tensor, key: torch.Tensor, 
         v = _gather(value_cache, bucket.index).view(kv_heads * n, width, dim)
         if upcast:
             k, v = k.float(), v.float()
-        scores = torch.baddbmm(bucket.bias, q_scaled.view(kv_heads * n, group, dim), k.transpose(1, 2))
+        bias = bucket.bias_for(window)
+        if softcap is None:
+            scores = torch.baddbmm(bias, q_scaled.view(kv_heads * n, group, dim), k.transpose(1, 2))
+        else:
+            scores = torch.bmm(q_scaled.view(kv_heads * n, group, dim), k.transpose(1, 2))
+            scores = torch.tanh(scores.div_(softcap)).mul_(softcap).add_(bias)
         probs = torch.softmax(scores, dim=-1)  # [Hkv * n, G, W]
         o = torch.bmm(probs, v).view(kv_heads, n, group, dim).transpose(0, 1)  # [n, Hkv, G, D]
         if plan.all_decode:
@@ -166,7 +207,22 @@ def attention(plan: TorchAttentionPlan, query: torch.Tensor, key: torch.Tensor, 
             v = _gather(value_cache, p.slots).view(1, kv_heads, -1, dim)
         if upcast:
             q, k, v = q.float(), k.float(), v.float()
-        o = F.scaled_dot_product_attention(q, k, v, attn_mask=p.mask, is_causal=p.mask is None, scale=scale,
-                                           enable_gqa=group > 1)  # [1, Hq, q, D]
+        if softcap is not None:
+            o = _capped_attention(q[0], k[0], v[0], p.mask_for(window), scale, softcap)
+        else:
+            mask = p.mask if window is None else p.mask_for(window)
+            o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None, scale=scale,
+                                               enable_gqa=group > 1)  # [1, Hq, q, D]
         out[p.start:p.stop] = o[0].transpose(0, 1)
     return out
+
+
+def _capped_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, keep: torch.Tensor, scale: float,
+                      softcap: float) -> torch.Tensor:
+    """q [Hq, q, D], k/v [Hkv, context, D], keep [q, context] -> [1, Hq, q, D] with soft-capped scores."""
+    group = q.shape[0] // k.shape[0]
+    if group > 1:
+        k, v = k.repeat_interleave(group, dim=0), v.repeat_interleave(group, dim=0)
+    scores = torch.bmm(q, k.transpose(1, 2)).mul_(scale / softcap)  # [Hq, q, context]
+    scores = torch.tanh(scores).mul_(softcap).masked_fill_(~keep, float("-inf"))
+    return torch.bmm(torch.softmax(scores, dim=-1), v).unsqueeze(0)
