@@ -331,7 +331,8 @@ def test_pool_copy_and_swap_round_trip():
     assert 7 not in pool.host
 
 
-@pytest.mark.parametrize("name", ["tiny-llama", "tiny-opt", "smollm2-135m", "opt-125m"])
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-opt", "smollm2-135m", "opt-125m", "qwen2.5-0.5b", "llama-3.2-1b",
+                                  "gemma-2-2b", "phi-3-mini"])
 def test_dummy_architecture_has_the_configured_parameter_count(name):
     from transformers import AutoModelForCausalLM
 

@@ -83,7 +83,9 @@ from kvbench.geometry import DTYPE_BYTES, KVGeometry
 
 MiB = 1 << 20
 
-FAMILIES = ("opt", "llama", "mistral", "qwen2")
+# Families the cost model counts: OPT, and dense decoders with a gate/up/down MLP and RMSNorm (Q/K/V
+# biases for Qwen2). Mixture-of-experts and two-matrix-MLP families run on backend=hf only.
+FAMILIES = ("opt", "llama", "mistral", "qwen2", "qwen3", "phi3", "gemma", "gemma2", "gemma3_text", "olmo", "olmo2")
 
 DEFAULTS: dict[str, float] = {
     # Achieved fraction of peak tensor FLOP/s in the dense layers. cuBLAS fp16 GEMMs reach
