@@ -234,14 +234,27 @@ def test_top_p_keeps_the_nucleus_only():
     assert probs[0].tolist() == pytest.approx([0.625, 0.375, 0.0, 0.0])
 
 
-def test_beam_search_matches_generate_num_beams(engine_models):
-    """Beams run to the output length (no EOS), best cumulative log-prob wins, no length penalty:
-    the same as generate(num_beams=k, length_penalty=0) on a model without EOS."""
-    requests = make_requests([(7, 6, 0.0, 1, 3), (12, 5, 0.0, 1, 3)], vocab_size=256, seed=8)
-    out, _ = run("tiny-llama", engine_models, requests, "paged", {"block_size": 4})
+def hf_beams(model, request: Request, k: int) -> list[list[int]]:
+    """generate(num_beams=k, num_return_sequences=k, do_sample=False): its k ranked beams."""
+    ids = torch.tensor([request.prompt_ids])
+    with torch.inference_mode():
+        out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=request.output_len,
+                             do_sample=False, num_beams=k, num_return_sequences=k, eos_token_id=None, pad_token_id=0)
+    return [row[request.prompt_len:].tolist() for row in out]
+
+
+@pytest.mark.parametrize("width", [2, 4])
+def test_beam_search_returns_the_k_ranked_beams_of_generate(width, engine_models):
+    """Without EOS every hypothesis has the output length, so length penalty and early stopping do
+    not reorder them: the k beams equal generate's k returned sequences, in its order."""
+    requests = make_requests([(7, 6, 0.0, 1, width), (12, 5, 0.0, 1, width), (3, 9, 0.0, 1, width)],
+                             vocab_size=256, seed=8)
+    out, _ = run("tiny-llama", engine_models, requests, "paged", {"block_size": 4}, max_num_batched_tokens=16)
     ref = build_model(model_cfg("tiny-llama"), seed=0, attn_implementation="sdpa")
     for r in requests:
-        assert out.outputs[r.request_id][0] == hf_generate(ref, r, num_beams=3, length_penalty=0.0, early_stopping=True)
+        beams = out.outputs[r.request_id]
+        assert len(beams) == width
+        assert beams == hf_beams(ref, r, width)
 
 
 def test_beam_width_one_equals_greedy(engine_models, reference):

@@ -231,3 +231,17 @@ def test_triton_interpreter_path_honours_windows_and_softcaps(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     for family, (got, expected) in json.loads(done.stdout.strip().splitlines()[-1]).items():
         assert got == expected, family
+
+
+@pytest.mark.parametrize("family", ["gemma2", "mistral", "qwen3_moe"])
+def test_beams_match_generate(family):
+    """k ranked beams equal generate(num_beams=k, num_return_sequences=k): Gemma-2's final soft-cap
+    shapes the log-probabilities the beams are ranked by."""
+    from tests.test_hf_executor import hf_beams
+
+    cfg, model, _, _ = family_case(family)
+    requests = make_requests([(6, 9, 0.0, 1, 3), (17, 7, 0.0, 1, 3)], vocab_size=256, seed=4)
+    out, _ = run_engine(cfg, model, requests, "paged", {"block_size": 4}, num_slots=128)
+    reference = build_model(cfg, seed=0, attn_implementation="sdpa")
+    for r in requests:
+        assert out.outputs[r.request_id] == hf_beams(reference, r, 3)

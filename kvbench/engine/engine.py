@@ -183,7 +183,11 @@ class Engine:
                 break
 
     def _beam_step(self, group: Group, result: StepResult) -> None:
-        """Keep the beam_width best continuations of all beams (cumulative log-probability)."""
+        """Keep the beam_width best continuations of all beams (cumulative log-probability).
+
+        As transformers' beam search without EOS: every step keeps the top beam_width (beam, token)
+        candidates over all beams; on the last step those candidates are the finished hypotheses, so a
+        beam may end as several (the extras never need K/V: they are kept in ``group.final_beams``)."""
         width = group.request.beam_width
         candidates = []
         for seq in group.seqs:
@@ -206,14 +210,17 @@ class Engine:
             seq.tokens.append(token)
             seq.cum_logprob = score
             seq.num_generated += 1
-            if seq.num_generated < group.request.output_len:
-                for extra_score, extra_token in chosen[1:]:
+            for extra_score, extra_token in chosen[1:]:
+                if seq.num_generated < group.request.output_len:
                     self.scheduler.add_pending_fork(group, seq, extra_token, extra_score)
+                else:
+                    group.final_beams.append((extra_score, seq.tokens[:-1] + [extra_token]))
         group.forked = True
 
     @staticmethod
     def _outputs_of(group: Group) -> list[list[int]]:
         prompt_len = group.request.prompt_len
-        seqs = sorted(group.seqs, key=lambda s: (-s.cum_logprob, s.sample_index)) if group.is_beam \
-            else sorted(group.seqs, key=lambda s: s.sample_index)
-        return [s.tokens[prompt_len:] for s in seqs]
+        if group.is_beam:  # ranked by cumulative log-probability (all have the output length: no length penalty)
+            hypotheses = [(s.cum_logprob, s.tokens) for s in group.seqs] + group.final_beams
+            return [tokens[prompt_len:] for _, tokens in sorted(hypotheses, key=lambda h: -h[0])]
+        return [s.tokens[prompt_len:] for s in sorted(group.seqs, key=lambda s: s.sample_index)]

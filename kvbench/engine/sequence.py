@@ -45,6 +45,7 @@ class Group:
     num_preemptions: int = 0
     reject_reason: str = ""
     best_tokens: list[int] = field(default_factory=list)
+    final_beams: list[tuple[float, list[int]]] = field(default_factory=list)  # (score, tokens) ended without K/V
 
     @property
     def request_id(self) -> int:

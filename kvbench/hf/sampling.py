@@ -10,8 +10,11 @@ the forked children then continue. With temperature 0 every sample is the greedy
 Beam search (``num_logprobs`` = k > 0) returns the k most likely next tokens with their
 log-softmax probabilities of the raw logits (temperature, top-k and top-p do not apply). The
 engine keeps cumulative log-probabilities and keeps the k best continuations over all beams;
-every beam runs to the request's output length (EOS ignored), the best cumulative log-probability
-wins, and there is no length penalty (all beams have the same length).
+every beam runs to the request's output length (EOS ignored), and the request returns the k
+hypotheses of the last step ranked by cumulative log-probability: transformers'
+``generate(num_beams=k, num_return_sequences=k, do_sample=False)``. Its length penalty (default
+1.0) divides every score by the same generated length and its early stopping never triggers
+before that length, so neither changes the ranking.
 """
 from __future__ import annotations
 
