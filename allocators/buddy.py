@@ -27,7 +27,7 @@ from allocators.region import RegionAllocator
 
 
 class BuddyAllocator(RegionAllocator):
-    """Binary buddy system; ``reserve`` in max, pow2, oracle, double; ``min_order`` >= 0."""
+    """Binary buddy system; ``reserve`` in max, pow2, pow2-total, oracle, double; ``min_order`` >= 0."""
 
     name = "buddy"
 

@@ -14,7 +14,7 @@ from allocators.region import RegionAllocator
 
 
 class ContiguousAllocator(RegionAllocator):
-    """First-fit contiguous regions of whole blocks; ``reserve`` in max, pow2, oracle, double.
+    """First-fit contiguous regions of whole blocks; ``reserve`` in max, pow2, pow2-total, oracle, double.
 
     Invariants: ``_hole_starts`` is strictly increasing; hole ``i`` covers blocks
     ``[_hole_starts[i], _hole_starts[i] + _hole_lens[i])`` with length >= 1 and ends strictly

@@ -8,8 +8,13 @@ sequence owns), not only its computed tokens.
 Reserve policies (how large a region ``admit`` takes; ``L`` is the ``max_len`` given to admit):
 
     max     L tokens (Orca-Max, static servers).
-    pow2    the next power of two of ``final_len`` tokens, capped at L: a sequence never
-            reserves more than it may ever hold (so pow2 never exceeds max). Needs final_len.
+    pow2    the prompt plus the next power of two of its output positions
+            (``final_len - prompt_len``), capped at L: the PagedAttention paper's Orca (Pow2),
+            which "over-reserves the space for outputs by at most 2x" (a 24-slot output gets
+            32). Never more than L, so pow2 never exceeds max. Needs final_len.
+    pow2-total  the next power of two of ``final_len`` (prompt and output rounded together),
+            capped at L. On a buddy allocator this gives the same region as oracle (the buddy
+            rounds the total to a power of two anyway); kept for comparison. Needs final_len.
     oracle  exactly ``final_len`` tokens. Needs final_len.
     double  prompt + ``double_chunk`` tokens (capped at L). A grow past the region moves the
             sequence to a region twice as large (or just large enough, if that is more; capped
@@ -21,9 +26,9 @@ Token counts are rounded up to whole blocks, then by the subclass to a size it c
 (buddy: a power of two of at least ``2**min_order`` blocks). A region is at least one block.
 
 Admission refuses with NEVER when the prompt is longer than ``max_len``, when ``max_len``
-exceeds ``max_model_len``, when (pow2, oracle) ``final_len`` exceeds ``max_len``, or when the
+exceeds ``max_model_len``, when (pow2, pow2-total, oracle) ``final_len`` exceeds ``max_len``, or when the
 (initial) region is larger than the largest region the pool can ever hold; with LATER when
-no free space is large enough now. pow2 and oracle raise AllocatorError when final_len is
+no free space is large enough now. The final_len policies raise AllocatorError when final_len is
 None or shorter than the prompt, and when a sequence grows past its region (its final_len
 was wrong).
 
@@ -51,7 +56,8 @@ from allocators.base import (
     next_pow2,
 )
 
-RESERVE_POLICIES = ("max", "pow2", "oracle", "double")
+RESERVE_POLICIES = ("max", "pow2", "pow2-total", "oracle", "double")
+FINAL_LEN_POLICIES = ("pow2", "pow2-total", "oracle")
 
 
 @dataclass(slots=True)
@@ -130,7 +136,12 @@ class RegionAllocator(Allocator):
             raise AllocatorError(
                 f"final_len={final_len} must lie in [{max(held, prompt_len)}, max_len={max_len}]"
             )
-        return final_len if policy == "oracle" else min(next_pow2(final_len), max_len)
+        if policy == "oracle":
+            return final_len
+        if policy == "pow2-total":
+            return min(next_pow2(final_len), max_len)
+        output = final_len - prompt_len
+        return min(prompt_len + (next_pow2(output) if output else 0), max_len)
 
     def _blocks_for(self, tokens: int) -> int:
         return self._round_blocks(max(1, ceil_div(tokens, self.block_size)))
@@ -158,7 +169,7 @@ class RegionAllocator(Allocator):
             return Admission(Fit.NEVER, f"prompt of {prompt_len} tokens is longer than max_len={max_len}")
         if max_len > self.max_model_len:
             return Admission(Fit.NEVER, f"max_len={max_len} exceeds max_model_len={self.max_model_len}")
-        if final_len is not None and final_len > max_len and self.reserve in ("pow2", "oracle"):
+        if final_len is not None and final_len > max_len and self.reserve in FINAL_LEN_POLICIES:
             return Admission(Fit.NEVER, f"final_len={final_len} exceeds max_len={max_len}")
         nblocks = self._blocks_for(self._reserve_tokens(prompt_len, prompt_len, max_len, final_len))
         if nblocks > self._max_region_blocks:

@@ -17,6 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 from allocators import AllocatorError, build as build_allocator
 from kvbench.config import CONF_DIR, ConfigError, validate
 from kvbench.engine import Engine, SchedulerConfig
+from kvbench.engine.policies import scheduler_class
 from kvbench.geometry import KVGeometry
 
 KVBENCH_ERRORS: tuple[type[Exception], ...] = (ConfigError, AllocatorError)
@@ -94,7 +95,7 @@ def prepare(cfg: DictConfig) -> Prepared:
     if cfg.backend.name == "sim":
         from kvbench.executors.sim import SimExecutor
 
-        executor = SimExecutor(cfg.model, cfg.gpu, seed=int(cfg.seed))
+        executor = SimExecutor(cfg.model, cfg.gpu, seed=int(cfg.seed), system_cfg=cfg.get("system"))
     else:
         from kvbench.executors.hf import HFExecutor
 
@@ -150,7 +151,8 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None, logger=None, run_id:
     try:
         engine = Engine(prep.allocator, prep.executor, sched_cfg, max_steps=eng.get("max_steps"),
                         progress=progress.update_to if progress else None,
-                        memmap_every=int(eng.get("memmap_every") or 0))
+                        memmap_every=int(eng.get("memmap_every") or 0),
+                        scheduler_cls=scheduler_class(_scheduling(cfg), str(eng.get("batching", "continuous"))))
         out = engine.run(requests)
     finally:
         if progress:
@@ -167,6 +169,11 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None, logger=None, run_id:
     return summary
 
 
+def _scheduling(cfg: DictConfig) -> str:
+    system = cfg.get("system")
+    return str(system.get("scheduling", "mixed")) if system is not None else "mixed"
+
+
 def _extras(cfg: DictConfig, prep: Prepared, out) -> dict:
     """Knobs and timing splits beyond the design's columns, for the studies and figures."""
     wl, eng = cfg.workload, cfg.engine
@@ -180,6 +187,9 @@ def _extras(cfg: DictConfig, prep: Prepared, out) -> dict:
         "prefix_len": int(wl.prefix_len) if wl.get("prefix_len") is not None else None,
         "preemption": str(eng.preemption),
         "chunked_prefill": bool(eng.chunked_prefill),
+        "system": str(cfg.system.name) if cfg.get("system") is not None else None,
+        "scheduling": _scheduling(cfg),
+        "batching": str(eng.get("batching", "continuous")),
         "max_num_batched_tokens": int(eng.max_num_batched_tokens),
         "attention": getattr(getattr(prep.executor, "ops", None), "name", None),  # resolved (hf only)
         "gpu_count": int(cfg.gpu.get("count", 1)) if cfg.backend.name == "sim" else None,

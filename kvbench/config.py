@@ -34,6 +34,14 @@ def validate(cfg) -> None:
     _choice(cfg, "engine.attention", eng.attention, ("auto", "torch", "triton"))
     _choice(cfg, "engine.device", eng.device, ("auto", "cpu", "cuda"))
     _choice(cfg, "engine.chunked_prefill", eng.chunked_prefill, (True, False))
+    _choice(cfg, "engine.batching", eng.get("batching", "continuous"), ("continuous", "static"))
+    system = cfg.get("system")
+    if system is not None:
+        _choice(cfg, "system.scheduling", system.get("scheduling"), ("mixed", "prompt_first"))
+        for key in ("step_overhead_s", "seq_overhead_s", "sample_host_s"):
+            value = system.get(key)
+            if value is not None and (not isinstance(value, (int, float)) or value < 0 or math.isnan(value)):
+                raise ConfigError(f"system.{key} must be a number of seconds >= 0 or null; got {value!r}")
     for key in ("kv_cache_bytes", "swap_space_bytes"):
         value = eng.get(key)
         if value is not None and (not isinstance(value, (int, float)) or value < 0 or math.isnan(value)):

@@ -77,15 +77,41 @@ def test_reserve_max_refuses_a_max_len_beyond_the_pool():
     assert r.fit is Fit.NEVER and "largest region" in r.reason
 
 
-def test_contiguous_pow2_caps_at_max_len_and_oracle_is_exact():
+def test_contiguous_pow2_rounds_the_output_only_caps_at_max_len_and_oracle_is_exact():
     a = contiguous("pow2")
-    assert admit(a, 1, 3, 20, max_len=24).ok  # next pow2 of 20 is 32, capped at 24
+    assert admit(a, 1, 3, 20, max_len=24).ok  # 3 + next pow2 of 17 (32) = 35, capped at 24
     assert len(a.block_table(1)) == 6
-    assert admit(a, 2, 3, 9).ok  # 16 slots
-    assert len(a.block_table(2)) == 4
+    assert admit(a, 2, 3, 9).ok  # 3 + next pow2 of 6 (8) = 11 slots -> 3 blocks
+    assert len(a.block_table(2)) == 3
+    assert admit(a, 3, 5, 5).ok  # no output positions: the prompt only
+    assert len(a.block_table(3)) == 2
+    t = contiguous("pow2-total")
+    assert admit(t, 2, 3, 9).ok  # next pow2 of the total 9 = 16 slots -> 4 blocks
+    assert len(t.block_table(2)) == 4
     b = contiguous("oracle")
     assert admit(b, 1, 3, 10).ok  # 10 tokens -> 3 blocks
     assert b.block_table(1) == [0, 1, 2]
+
+
+def test_pow2_books_its_output_slack_as_internal():
+    a = contiguous("pow2")
+    assert admit(a, 1, 6, 31).ok  # 25 output slots -> 32: region of 38 slots -> 10 blocks (40)
+    assert a.block_table(1) == list(range(10))
+    assert a.usage({1: 31}) == MemoryUsage(token=0, reserved=31, internal=9, external=24)
+
+
+@pytest.mark.parametrize("reserve, prompt_len, final_len, blocks", [
+    ("pow2", 6, 31, 16),  # 6 + 32 = 38 slots -> 10 blocks -> buddy region of 16
+    ("pow2", 20, 30, 16),  # 20 + 16 = 36 slots -> 9 blocks -> 16: Pow2 differs from Oracle
+    ("pow2-total", 20, 30, 8),  # next pow2 of 30 = 32 slots -> 8 blocks
+    ("oracle", 20, 30, 8),  # 30 slots -> 8 blocks -> 8
+    ("pow2", 3, 10, 4),  # 3 + 8 = 11 -> 3 blocks -> 4
+    ("pow2-total", 3, 10, 4),  # 16 -> 4 blocks
+])
+def test_buddy_region_per_reserve_policy(reserve, prompt_len, final_len, blocks):
+    a = buddy(reserve, num_slots=128)
+    assert admit(a, 1, prompt_len, final_len).ok
+    assert len(a.block_table(1)) == blocks
 
 
 def test_internal_of_a_partly_filled_last_block():
@@ -377,12 +403,12 @@ def test_registry_names_strategies_and_knobs():
         build("slab", 64)
     with pytest.raises(AllocatorError, match="allocator 'paged' has no knob reserve; allowed: block_size, debug"):
         build("paged", 64, reserve="max")
-    with pytest.raises(AllocatorError, match="reserve must be one of max, pow2, oracle, double; got 'half'"):
+    with pytest.raises(AllocatorError, match="reserve must be one of max, pow2, pow2-total, oracle, double; got 'half'"):
         build("buddy", 64, reserve="half")
     assert isinstance(build("buddy", 64, block_size=4, min_order=1), BuddyAllocator)
 
 
-@pytest.mark.parametrize("reserve", ["pow2", "oracle"])
+@pytest.mark.parametrize("reserve", ["pow2", "pow2-total", "oracle"])
 @pytest.mark.parametrize("cls", [ContiguousAllocator, BuddyAllocator])
 def test_oracle_policies_need_final_len(cls, reserve):
     a = cls(256, block_size=4, reserve=reserve, max_model_len=64)

@@ -22,8 +22,8 @@ from allocators import AllocatorError, CopyOp, Fit, build
 MAX_LEN = 48
 
 CONFIGS = (
-    [pytest.param("contiguous", dict(num_slots=203, block_size=4, reserve=r, max_model_len=MAX_LEN, double_chunk=4), id=f"contiguous-{r}") for r in ("max", "pow2", "oracle", "double")]
-    + [pytest.param("buddy", dict(num_slots=220, block_size=4, reserve=r, max_model_len=MAX_LEN, double_chunk=4), id=f"buddy-{r}") for r in ("max", "pow2", "oracle", "double")]
+    [pytest.param("contiguous", dict(num_slots=203, block_size=4, reserve=r, max_model_len=MAX_LEN, double_chunk=4), id=f"contiguous-{r}") for r in ("max", "pow2", "pow2-total", "oracle", "double")]
+    + [pytest.param("buddy", dict(num_slots=220, block_size=4, reserve=r, max_model_len=MAX_LEN, double_chunk=4), id=f"buddy-{r}") for r in ("max", "pow2", "pow2-total", "oracle", "double")]
     + [pytest.param("buddy", dict(num_slots=250, block_size=2, reserve="double", max_model_len=MAX_LEN, min_order=2, double_chunk=1), id="buddy-double-min_order2")]
     + [pytest.param("paged", dict(num_slots=n, block_size=bs), id=f"paged-bs{bs}") for n, bs in ((97, 1), (203, 16), (600, 256))]
     + [pytest.param("paged_prefix", dict(num_slots=n, block_size=bs), id=f"paged_prefix-bs{bs}") for n, bs in ((97, 1), (130, 4), (203, 16), (600, 256))]

@@ -296,3 +296,23 @@ def test_execute_throughput_256_decode_chunks(opt13b, a100):
     rate = n / (time.perf_counter() - start)
     print(f"\nSimExecutor.execute: {rate:,.0f} calls/s on a 256-chunk decode batch")
     assert rate > 500  # loose floor for slow shared CI cores; expect several thousand
+
+
+def test_system_profile_host_costs_take_precedence_and_scale_with_the_batch():
+    from omegaconf import OmegaConf
+
+    from kvbench.sim.cost_model import CostParams, StepSummary, step_time
+    from kvbench.sim.profiles import load_gpu, load_model
+
+    model, gpu = load_model("opt-13b"), load_gpu("a100-40gb")
+    gpu.step_overhead_s = 2e-3  # a GPU-profile override the system profile beats
+    system = OmegaConf.load("conf/system/vllm-2023.yaml").system
+    base = CostParams.from_configs(model, gpu)
+    paper = CostParams.from_configs(model, gpu, system)
+    assert base.overhead_s - paper.overhead_s == pytest.approx(2e-3 - 4e-3)
+    step = StepSummary(block_size=16, num_tokens=10, num_seqs=10, num_sampled=10, num_draws=10,
+                       decode_pairs=1000, decode_blocks=70)
+    extra = step_time(paper, step)["overhead_s"] - step_time(base, step)["overhead_s"]
+    assert extra == pytest.approx(2e-3 + 10 * 3.5e-5)
+    sampling = step_time(paper, step)["sampling_s"] - step_time(base, step)["sampling_s"]
+    assert sampling == pytest.approx(10 * (1.75e-4 - 1e-6))

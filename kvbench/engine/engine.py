@@ -35,7 +35,7 @@ class Engine:
 
     def __init__(self, allocator: Allocator, executor, cfg: SchedulerConfig, *,
                  max_steps: int | None = None, progress: Callable[[int], None] | None = None,
-                 memmap_every: int = 0) -> None:
+                 memmap_every: int = 0, scheduler_cls: type[Scheduler] = Scheduler) -> None:
         self.allocator = allocator
         self.memmap_every = memmap_every
         self._snapshots: list[tuple[float, object, object]] = []
@@ -43,7 +43,7 @@ class Engine:
         self.cfg = cfg
         self.max_steps = max_steps
         self.progress = progress
-        self.scheduler = Scheduler(cfg, allocator, need_block_tables=getattr(executor, "needs_block_tables", True))
+        self.scheduler = scheduler_cls(cfg, allocator, need_block_tables=getattr(executor, "needs_block_tables", True))
 
     def run(self, requests: list[Request]) -> EngineOutput:
         sched = self.scheduler

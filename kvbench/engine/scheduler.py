@@ -138,7 +138,7 @@ class Scheduler:
                 budget -= sum(c.query_len for c in group_chunks)
                 seq_budget -= len(group_chunks)
 
-        if not self._preempted_now and not self.swapped:
+        if not self._preempted_now and not self.swapped and self._admission_open():
             while self.waiting and budget > 0 and seq_budget >= len(self.waiting[0].seqs):
                 group = self.waiting[0]
                 pending = sum(s.pending for s in group.seqs)
@@ -162,6 +162,11 @@ class Scheduler:
             swap_out=self._swap_out,
             swap_in=self._swap_in,
         )
+
+    def _admission_open(self) -> bool:
+        """Whether waiting groups may be admitted this step (scheduling styles override it:
+        ``kvbench.engine.policies``)."""
+        return True
 
     def reject_head(self, reason: str) -> None:
         """Reject the first waiting group: it cannot be scheduled even with nothing else running."""

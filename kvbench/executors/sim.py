@@ -17,8 +17,8 @@ class SimExecutor:
 
     needs_block_tables = False  # the cost model reads block_size and context lengths only
 
-    def __init__(self, model_cfg, gpu_cfg, seed: int = 0):
-        self.params = CostParams.from_configs(model_cfg, gpu_cfg)
+    def __init__(self, model_cfg, gpu_cfg, seed: int = 0, system_cfg=None):
+        self.params = CostParams.from_configs(model_cfg, gpu_cfg, system_cfg)
         self.vocab_size = int(model_cfg.vocab_size)
         self._rng = random.Random(seed)
 

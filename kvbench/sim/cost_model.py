@@ -8,7 +8,8 @@ FFN columns) and all-reduces are added.
 
     duration = overhead + forward + attention + sampling + copy + swap
 
-    overhead  = step_overhead_s + num_layers * layer_overhead_s
+    overhead  = step_overhead_s + num_layers * layer_overhead_s + num_seqs * seq_overhead_s
+        num_seqs  = sequences in the step's batch (host-side scheduling and input preparation)
     forward   = max(dense_flops / (peak * eff_flops), weight_read_bytes / (bw * eff_bw))
                 + 2 * num_layers * all_reduce(num_tokens * hidden * dtype_bytes)      [n > 1]
         dense_flops       = 2 * linear_params * num_tokens + 2 * vocab * hidden * num_sampled
@@ -69,6 +70,11 @@ with ``weight_bytes = num_params * dtype_bytes`` and the activation headroom the
 activations of one layer of a profiling forward over ``max_num_batched_tokens`` tokens
 (activations are freed layer by layer in inference) plus fp32 logits of ``max_num_seqs`` rows.
 
+Host-side costs (``step_overhead_s``, ``seq_overhead_s``, ``sample_host_s``) belong to the
+system being modelled, not the GPU: a system profile (``conf/system/*.yaml``, e.g. paper-era
+``vllm-2023`` or ``modern``) sets them with their sources and takes precedence over the GPU
+profile and DEFAULTS (``constant`` below).
+
 Constants. Datasheet figures live in the GPU profiles. The efficiency and overhead constants
 below are first-principles values with their sources, not fitted to any paper's curve; a
 profile may override any of them with a top-level key of the same name (that is where values
@@ -124,6 +130,9 @@ DEFAULTS: dict[str, float] = {
     "host_transfer_latency_s": 5.0e-6,
     # Host-side cost per sampled token (building the output, Python bookkeeping). Assumption.
     "sample_host_s": 1.0e-6,
+    # Host-side cost per sequence in a step's batch (scheduling, block tables, inputs).
+    # 0 unless a system profile sets it.
+    "seq_overhead_s": 0.0,
     # Memory the runtime holds outside the KV pool and weights on each GPU: CUDA context,
     # cuBLAS/NCCL workspaces, allocator slack. Assumption, order of what nvidia-smi shows
     # for a fresh PyTorch process (a few hundred MiB).
@@ -237,6 +246,15 @@ def gpu_constant(gpu, name: str) -> float:
     return float(DEFAULTS[name] if value is None else value)
 
 
+HOST_KEYS = ("step_overhead_s", "seq_overhead_s", "sample_host_s")
+
+
+def constant(gpu, system, name: str) -> float:
+    """A host-side constant from the system profile when it sets one, else ``gpu_constant``."""
+    value = getattr(system, name, None) if system is not None and name in HOST_KEYS else None
+    return gpu_constant(gpu, name) if value is None else float(value)
+
+
 def gpu_count(gpu) -> int:
     count = int(getattr(gpu, "count", None) or 1)
     if count < 1:
@@ -299,11 +317,12 @@ class CostParams:
     interconnect_rate: float  # interconnect_bw * eff_interconnect, one GPU
     gather_half_bytes: float
     overhead_s: float
+    seq_overhead_s: float
     allreduce_latency_s: float
     host_transfer_latency_s: float
 
     @classmethod
-    def from_configs(cls, model, gpu) -> "CostParams":
+    def from_configs(cls, model, gpu, system=None) -> "CostParams":
         _check_model(model)
         for name in ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_size",
                      "intermediate_size", "vocab_size"):
@@ -329,7 +348,7 @@ class CostParams:
             bytes_per_slot=float(bytes_per_slot(model)),
             segments_per_block=2.0 * layers * int(model.num_kv_heads),
             segments_per_copy_op=2.0 * layers,
-            sample_cost_s=(gpu_constant(gpu, "sample_host_s")
+            sample_cost_s=(constant(gpu, system, "sample_host_s")
                            + SAMPLING_PASSES * vocab * LOGIT_BYTES / mem_rate),
             flops_rate=peak * gpu_constant(gpu, "eff_flops"),
             attn_flops_rate=peak * gpu_constant(gpu, "eff_attn_flops"),
@@ -337,7 +356,8 @@ class CostParams:
             host_rate=float(gpu.host_bandwidth) * gpu_constant(gpu, "eff_host"),
             interconnect_rate=float(interconnect) * gpu_constant(gpu, "eff_interconnect"),
             gather_half_bytes=gpu_constant(gpu, "gather_half_bytes"),
-            overhead_s=gpu_constant(gpu, "step_overhead_s") + layers * gpu_constant(gpu, "layer_overhead_s"),
+            overhead_s=constant(gpu, system, "step_overhead_s") + layers * gpu_constant(gpu, "layer_overhead_s"),
+            seq_overhead_s=constant(gpu, system, "seq_overhead_s"),
             allreduce_latency_s=gpu_constant(gpu, "allreduce_latency_s"),
             host_transfer_latency_s=gpu_constant(gpu, "host_transfer_latency_s"),
         )
@@ -349,6 +369,7 @@ class StepSummary:
 
     block_size: int
     num_tokens: int = 0  # new tokens (K/V computed and written this step)
+    num_seqs: int = 0  # chunks in the batch (one per sequence)
     num_sampled: int = 0  # chunks with sample=True (one lm_head row each)
     num_draws: int = 0  # tokens drawn from those rows (num_samples each)
     prefill_pairs: float = 0.0  # causal (query, key) pairs of chunks with more than one token
@@ -393,7 +414,7 @@ def summarize(batch) -> StepSummary:
         elif q:
             pre_pairs += q * c.start_pos + q * (q + 1) // 2
             pre_blocks += -(-ctx // bs)
-    s = StepSummary(bs, tokens, sampled, draws, pre_pairs, pre_blocks, dec_pairs, dec_blocks)
+    s = StepSummary(bs, tokens, len(batch.chunks), sampled, draws, pre_pairs, pre_blocks, dec_pairs, dec_blocks)
     if batch.copy_ops:
         s.copy_ops = len(batch.copy_ops)
         s.copy_slots = sum(op.length for op in batch.copy_ops)
@@ -444,7 +465,7 @@ def step_time(p: CostParams, s: StepSummary) -> dict[str, float]:
         swap = (s.swap_slots * p.bytes_per_slot / n / p.host_rate
                 + s.swap_runs * p.segments_per_copy_op * p.host_transfer_latency_s)
 
-    overhead = p.overhead_s if (tokens or s.copy_ops or s.swap_slots) else 0.0
+    overhead = p.overhead_s + s.num_seqs * p.seq_overhead_s if (tokens or s.copy_ops or s.swap_slots) else 0.0
     return {
         "overhead_s": overhead,
         "forward_s": forward,
@@ -460,9 +481,9 @@ def step_time(p: CostParams, s: StepSummary) -> dict[str, float]:
     }
 
 
-def batch_time(model, gpu, batch) -> dict[str, float]:
+def batch_time(model, gpu, batch, system=None) -> dict[str, float]:
     """Convenience for one-off use: ``step_time`` of a StepBatch from configs."""
-    return step_time(CostParams.from_configs(model, gpu), summarize(batch))
+    return step_time(CostParams.from_configs(model, gpu, system), summarize(batch))
 
 
 def describe(model, gpu) -> str:

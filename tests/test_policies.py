@@ -1,0 +1,52 @@
+"""Scheduling styles (kvbench.engine.policies): exact batches on tiny pools."""
+from __future__ import annotations
+
+import pytest
+
+from allocators import build
+from kvbench.engine import Engine, SchedulerConfig
+from kvbench.engine.policies import PromptFirstScheduler, StaticBatchScheduler, scheduler_class
+from kvbench.engine.scheduler import Scheduler
+from tests.engine_helpers import TokenPoolExecutor, make_requests, seq_lookup
+
+
+def run(cls, specs, num_slots=256, allocator="paged", **cfg):
+    knobs = {"block_size": 4} if allocator == "paged" else {"block_size": 4, "reserve": "max", "max_model_len": 64}
+    alloc = build(allocator, num_slots, debug=True, **knobs)
+    executor = TokenPoolExecutor(num_slots)
+    engine = Engine(alloc, executor, SchedulerConfig(max_model_len=64, chunked_prefill=False, **cfg),
+                    max_steps=1000, scheduler_cls=cls)
+    executor.lookup = seq_lookup(engine)
+    out = engine.run(make_requests(specs))
+    return out, [[(c.request_id, c.start_pos, c.query_len) for c in b.chunks] for b in executor.batches]
+
+
+SPECS = [(5, 3, 0.0), (4, 2, 1.0)]  # the second arrives after the first step (steps last 1 s)
+
+
+def test_mixed_puts_a_new_prompt_into_a_decode_step():
+    _, got = run(Scheduler, SPECS)
+    assert got == [[(0, 0, 5)], [(0, 5, 1), (1, 0, 4)], [(0, 6, 1), (1, 4, 1)]]
+
+
+def test_prompt_first_runs_prompts_alone_then_decodes():
+    out, got = run(PromptFirstScheduler, SPECS)
+    assert got == [[(0, 0, 5)], [(1, 0, 4)], [(0, 5, 1), (1, 4, 1)], [(0, 6, 1)]]
+    assert out.summary["num_finished"] == 2
+
+
+def test_static_batching_waits_for_the_whole_batch():
+    specs = [(5, 3, 0.0), (4, 1, 0.0), (4, 2, 0.5)]
+    _, got = run(StaticBatchScheduler, specs, allocator="contiguous")
+    # request 2 arrives while the first batch runs and joins only once both have finished
+    assert got == [[(0, 0, 5), (1, 0, 4)], [(0, 5, 1)], [(0, 6, 1)], [(2, 0, 4)], [(2, 4, 1)]]
+
+
+def test_scheduler_class_by_config():
+    assert scheduler_class("mixed") is Scheduler
+    assert scheduler_class("prompt_first") is PromptFirstScheduler
+    assert scheduler_class("prompt_first", "static") is StaticBatchScheduler
+    with pytest.raises(ValueError, match="system.scheduling must be one of"):
+        scheduler_class("chunky")
+    with pytest.raises(ValueError, match="engine.batching must be one of"):
+        scheduler_class("mixed", "dynamic")
