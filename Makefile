@@ -4,7 +4,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: setup demo test test-slow bench figs paper paper-quick gpu-check clean
+.PHONY: setup demo test test-slow bench figs paper paper-quick gpu-check validate clean
 RESULTS ?= results/paper
 PAPER_HF_EXPERIMENTS := paper-token-time
 QUICK_OVERRIDES := workload.duration_s=120
@@ -56,6 +56,10 @@ paper-quick: setup
 	RESULTS=results JOBS=$(JOBS) scripts/run_paper.sh progress=false $(QUICK_OVERRIDES)
 	RESULTS=results JOBS=1 EXPERIMENTS="$(PAPER_HF_EXPERIMENTS)" scripts/run_paper.sh progress=false workload.num_requests=4
 	$(MAKE) figs RESULTS=results
+
+# The cost model against published measurements (kvbench/sim/measurements.csv).
+validate: setup
+	$(BIN)/python -m kvbench.sim.validate
 
 # On a machine with a GPU and nothing installable: see shared notes and scripts/gpu_check.sh.
 gpu-check:

@@ -1,0 +1,106 @@
+"""``kvbench-validate``: the cost model against published measurements (``measurements.csv``).
+
+Each row is one static batch as the source ran it: ``batch`` sequences of ``input_len`` prompt
+tokens, one prefill step that samples the first token, then ``output_len - 1`` decode steps
+(contexts ``input_len + 1 ...``). The modelled latency is the sum of ``step_time`` over those
+steps. The host side is the measured system's: FasterTransformer is a C++ runtime with no
+Python scheduler between steps, so its per-step host overhead is 0 (the per-layer launch cost
+of the GPU profile stays). Prints model vs measured and the error of every point, then the
+median and worst absolute errors. Nothing here is fitted: a wrong point means wrong physics.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import statistics
+import sys
+from pathlib import Path
+
+from omegaconf import OmegaConf
+
+from kvbench.sim.cost_model import CostParams, StepSummary, step_time
+from kvbench.sim.profiles import load_gpu
+
+MEASUREMENTS = Path(__file__).with_name("measurements.csv")
+
+# GPT geometries as the FasterTransformer guide lists them (head_num, size_per_head, num_layers,
+# vocab 51200); FFN 4 x hidden, learned positions, biases, tied embeddings: the "opt" family.
+GPT_MODELS: dict[str, tuple[int, int, int]] = {  # name: (heads, head_size, layers)
+    "gpt-1.3b": (32, 64, 24),
+    "gpt-6.7b": (32, 128, 32),
+    "gpt-20b": (48, 128, 44),
+    "gpt-89b": (96, 128, 48),
+    "gpt-175b": (96, 128, 96),
+}
+SYSTEMS = {"fastertransformer": {"step_overhead_s": 0.0, "seq_overhead_s": 0.0, "sample_host_s": 0.0}}
+BLOCK_SIZE = 16  # contiguous KV read in 16-token runs, as the contiguous strategies here
+
+
+def gpt_model(name: str):
+    heads, head_size, layers = GPT_MODELS[name]
+    hidden = heads * head_size
+    return OmegaConf.create({
+        "name": name, "family": "opt", "num_layers": layers, "hidden_size": hidden,
+        "num_heads": heads, "num_kv_heads": heads, "head_size": head_size,
+        "intermediate_size": 4 * hidden, "vocab_size": 51200, "max_model_len": 2048, "dtype": "float16",
+    })
+
+
+def static_batch_ms(params: CostParams, batch: int, input_len: int, output_len: int) -> float:
+    """Modelled latency of one static batch, ms."""
+    blocks = -(-input_len // BLOCK_SIZE)
+    prefill = StepSummary(BLOCK_SIZE, num_tokens=batch * input_len, num_seqs=batch, num_sampled=batch,
+                          num_draws=batch, prefill_pairs=batch * input_len * (input_len + 1) / 2,
+                          prefill_blocks=batch * blocks)
+    total = step_time(params, prefill)["duration_s"]
+    for t in range(1, output_len):
+        ctx = input_len + t
+        decode = StepSummary(BLOCK_SIZE, num_tokens=batch, num_seqs=batch, num_sampled=batch, num_draws=batch,
+                             decode_pairs=batch * ctx, decode_blocks=batch * -(-ctx // BLOCK_SIZE))
+        total += step_time(params, decode)["duration_s"]
+    return total * 1e3
+
+
+def load_points(path: Path = MEASUREMENTS) -> list[dict]:
+    with open(path, newline="") as f:
+        return list(csv.DictReader(line for line in f if not line.startswith("#")))
+
+
+def evaluate(points: list[dict], system: str = "fastertransformer") -> list[dict]:
+    """Each point with ``model_ms`` and ``error`` (model / measured - 1)."""
+    out = []
+    for p in points:
+        gpu = load_gpu(p["gpu"], count=int(p["count"]))
+        params = CostParams.from_configs(gpt_model(p["model"]), gpu, OmegaConf.create(SYSTEMS[system]))
+        model_ms = static_batch_ms(params, int(p["batch"]), int(p["input_len"]), int(p["output_len"]))
+        measured = float(p["measured_ms"])
+        out.append(p | {"model_ms": model_ms, "error": model_ms / measured - 1.0})
+    return out
+
+
+def median_abs_error(rows: list[dict]) -> float:
+    return statistics.median(abs(r["error"]) for r in rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--file", type=Path, default=MEASUREMENTS, help="measurements CSV")
+    args = parser.parse_args(argv)
+    if not args.file.is_file():
+        print(f"kvbench-validate: no measurements file {args.file}", file=sys.stderr)
+        return 2
+    rows = evaluate(load_points(args.file))
+    print(f"{'model':9} {'GPUs':>4} {'batch':>5} {'in':>4} {'out':>4} {'measured ms':>12} {'model ms':>10} {'error':>7}")
+    for r in rows:
+        print(f"{r['model']:9} {r['count']:>4} {r['batch']:>5} {r['input_len']:>4} {r['output_len']:>4} "
+              f"{float(r['measured_ms']):12.1f} {r['model_ms']:10.1f} {r['error']:+7.1%}")
+    worst = max(rows, key=lambda r: abs(r["error"]))
+    print(f"\n{len(rows)} points; median |error| {median_abs_error(rows):.1%}; worst {worst['error']:+.1%} "
+          f"({worst['model']}, batch {worst['batch']}, {worst['input_len']}+{worst['output_len']} tokens)")
+    sources = sorted({r["source"] for r in rows})
+    print("sources:\n  " + "\n  ".join(sources))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
