@@ -10,6 +10,7 @@ Lifecycle of a sequence (ids are chosen by the caller, unique among live sequenc
     grow(seq, n, token_ids)                  -> slots | None  n more tokens written; None = out of memory
     fork(parent, child, final_len)           -> bool        child starts with the parent's tokens
     free(seq)                                               finish or preemption
+    commit()                                                every token grown so far now holds its K/V
 
 ``final_len`` (the true total length the sequence will reach) is for oracle policies only;
 every other policy must behave identically whatever it is.
@@ -130,6 +131,11 @@ class Allocator(abc.ABC):
     @abc.abstractmethod
     def free(self, seq_id: int) -> None:
         """Release a sequence (finished or preempted)."""
+
+    def commit(self) -> None:
+        """The tokens grown so far now hold their K/V: the engine calls this once the step that
+        computes them has run. Until then a grown token only has a slot, so nothing may treat it
+        as reusable (a sequence freed before the commit, e.g. a roll-back, leaves no cached K/V)."""
 
     # -- views -----------------------------------------------------------------------------
     @abc.abstractmethod

@@ -158,7 +158,7 @@ class PagedAllocator(Allocator):
                 table.append(block)
             seq.num_tokens = end
             if self._tracks_ids:
-                self._note_ids(seq, 1, token_ids)
+                self._note_ids(seq_id, seq, token_ids)
             if self.debug:
                 self.check_invariants()
             return [(block << shift) | (t & self._mask)]
@@ -184,13 +184,13 @@ class PagedAllocator(Allocator):
             slots.extend(range(base + pos, base + stop))
             pos = stop
         if self._tracks_ids:
-            self._note_ids(seq, num_tokens, token_ids)
+            self._note_ids(seq_id, seq, token_ids)
         if self.debug:
             self.check_invariants()
         return slots
 
-    def _note_ids(self, seq: _PagedSeq, num_tokens: int, token_ids: Sequence[int] | None) -> None:
-        """Hook after a grow of ``num_tokens`` > 0 tokens (only when ``_tracks_ids``)."""
+    def _note_ids(self, seq_id: int, seq: _PagedSeq, token_ids: Sequence[int] | None) -> None:
+        """Hook after a grow of ``len(token_ids)`` > 0 tokens (only when ``_tracks_ids``)."""
 
     def fork(self, parent_id: int, child_id: int, final_len: int | None = None) -> bool:
         """The child shares every parent block (ref + 1); never short of memory."""

@@ -1,12 +1,14 @@
 """Paged allocation plus prefix sharing: hash-chained full blocks, LRU reuse of cached blocks.
 
-Hashing: when a sequence's block becomes full of computed tokens whose ids are known, it gets
+Hashing: when a sequence's block is full of committed tokens (grown, then ``commit()``: the
+engine commits once the step that writes their K/V has run) whose ids are known, it gets
 the chained hash ``_hash_block(parent, tokens)`` where ``parent`` is the hash of the previous
 block (``ROOT_HASH`` for the first) and ``tokens`` the block's token ids as a tuple. The block
 is registered in the hash -> block map unless that hash is already taken (a duplicate
 computed concurrently stays private). Prompt ids are known from ``admit``; later ids come
 from ``grow(token_ids=...)``. A grow of tokens past the prompt with ``token_ids=None`` makes
-that block and every later block of the sequence unhashable.
+that block and every later block of the sequence unhashable. A block grown but not committed
+is never hashed, so a sequence freed before the commit (a roll-back) leaves nothing cached.
 
 Lookup on admit: the prompt's full blocks within ``prompt[:-1]`` (the last prompt token is
 always computed, so a prompt of P tokens queries ``(P - 1) // block_size`` blocks) are looked
@@ -29,7 +31,7 @@ Usage: cached free blocks are not allocated, so they count as ``external``.
 
 Invariants (on top of paged's): the map and the blocks' hashes agree one to one; a hashed
 block is full for each of its owners; a sequence's hash chain covers exactly its full
-computed blocks while its token ids are known.
+committed blocks while its token ids are known (never more than its full blocks).
 """
 from __future__ import annotations
 
@@ -60,6 +62,7 @@ class PagedPrefixAllocator(PagedAllocator):
         self._hash_to_block: dict[int, int] = {}
         self._block_hash: list[int | None] = [None] * self.num_blocks
         self._block_key: list[tuple[int, tuple[int, ...]] | None] = [None] * self.num_blocks
+        self._uncommitted: set[int] = set()  # sequences grown since the last commit
         self._queries = 0
         self._hits = 0
         self._evictions = 0
@@ -133,9 +136,9 @@ class PagedPrefixAllocator(PagedAllocator):
 
     _tracks_ids = True
 
-    def _note_ids(self, seq: _PrefixSeq,  # type: ignore[override]
-                   num_tokens: int, token_ids: Sequence[int] | None) -> None:
-        """Remember the new token ids and hash the blocks they filled."""
+    def _note_ids(self, seq_id: int, seq: _PrefixSeq,  # type: ignore[override]
+                   token_ids: Sequence[int] | None) -> None:
+        """Remember the new token ids; their blocks are hashed at the next commit."""
         if not seq.hashable:
             return
         known = seq.token_ids
@@ -146,13 +149,40 @@ class PagedPrefixAllocator(PagedAllocator):
                 return
             known.extend(token_ids[len(known) - end :])
         if end >> self._shift > len(seq.hashes):
-            self._hash_full_blocks(seq)
+            self._uncommitted.add(seq_id)
+
+    def commit(self) -> None:
+        """Hash and register the full blocks grown since the last commit."""
+        for seq_id in self._uncommitted:
+            seq = self._seqs.get(seq_id)
+            if seq is not None:
+                self._hash_full_blocks(seq)
+        self._uncommitted.clear()
+        if self.debug:
+            self.check_invariants()
+
+    def fork(self, parent_id: int, child_id: int, final_len: int | None = None) -> bool:
+        """As paged; a child of a parent grown since the last commit is hashed at that commit too."""
+        inherits = parent_id in self._uncommitted and child_id not in self._seqs
+        if inherits:
+            self._uncommitted.add(child_id)  # before the fork's own invariant check
+        try:
+            return super().fork(parent_id, child_id, final_len)
+        except Exception:
+            if inherits:
+                self._uncommitted.discard(child_id)
+            raise
+
+    def free(self, seq_id: int) -> None:
+        self._uncommitted.discard(seq_id)
+        super().free(seq_id)
 
     def _hash_full_blocks(self, seq: _PrefixSeq) -> None:
-        """Hash the sequence's newly full blocks and register those whose hash is new."""
+        """Hash the sequence's newly full blocks whose ids are known and register those whose
+        hash is new."""
         bs = self.block_size
         hashes, known = seq.hashes, seq.token_ids
-        for i in range(len(hashes), seq.num_tokens >> self._shift):
+        for i in range(len(hashes), min(seq.num_tokens, len(known)) >> self._shift):
             key = (hashes[-1] if hashes else ROOT_HASH, tuple(known[i * bs : (i + 1) * bs]))
             h = self._hash_block(*key)
             hashes.append(h)
@@ -195,7 +225,7 @@ class PagedPrefixAllocator(PagedAllocator):
         for seq_id, seq in self._seqs.items():
             assert isinstance(seq, _PrefixSeq)
             full = seq.num_tokens // bs
-            if seq.hashable:
+            if seq.hashable and seq_id not in self._uncommitted:
                 assert len(seq.hashes) == full, f"seq {seq_id}: {len(seq.hashes)} hashes for {full} full blocks"
             assert len(seq.hashes) <= full, f"seq {seq_id}: hashes past its full blocks"
             for i, b in enumerate(seq.table):

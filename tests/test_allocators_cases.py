@@ -284,8 +284,10 @@ P10 = list(range(100, 110))
 
 
 def computed(a, seq_id, tokens, max_len=64):
+    """Admit and grow through the whole prompt, then commit (the step that writes it ran)."""
     assert a.admit(seq_id, tokens, max_len).ok
     a.grow(seq_id, len(tokens) - a.num_tokens(seq_id), tokens[a.num_tokens(seq_id) :])
+    a.commit()
 
 
 def test_prefix_hits_share_full_blocks_of_the_prompt():
@@ -361,7 +363,8 @@ def test_prefix_fork_copy_on_write():
     assert a.grow(2, 1, [7]) == [12 + 2]
     assert a.take_copy_ops() == [CopyOp(src=8, dst=12, length=2)]
     assert a.grow(2, 1, [7]) == [15]
-    assert a.grow(2, 1, [7]) == [16]  # block 3 is full and hashed; block 4 is new
+    assert a.grow(2, 1, [7]) == [16]  # block 3 is full; block 4 is new
+    a.commit()  # block 3 is hashed now
     assert a.stats()["cached_free_blocks"] == 0
     a.free(1)
     a.free(2)
@@ -420,3 +423,28 @@ def test_oracle_policies_need_final_len(cls, reserve):
     assert r.fit is Fit.NEVER and "final_len=70 exceeds max_len=64" in r.reason
     r = a.admit(1, [1], 65, 2)
     assert r.fit is Fit.NEVER and "max_model_len=64" in r.reason
+
+
+def test_prefix_blocks_grown_but_never_committed_are_not_cached():
+    a = PagedPrefixAllocator(48, block_size=4, debug=True)
+    assert a.admit(0, [1, 2, 3, 4, 5], 64).ok
+    a.grow(0, 5, [1, 2, 3, 4, 5])
+    a.free(0)  # rolled back before the step that writes its K/V ran
+    assert a.cached_blocks() == []
+    assert a.admit(1, [1, 2, 3, 4, 9], 64).num_cached_tokens == 0
+    a.grow(1, 5, [1, 2, 3, 4, 9])
+    a.commit()
+    a.free(1)
+    assert a.admit(2, [1, 2, 3, 4, 7], 64).num_cached_tokens == 4  # committed: a hit
+
+
+def test_prefix_fork_before_commit_hashes_once_at_commit():
+    a = PagedPrefixAllocator(48, block_size=4, debug=True)
+    assert a.admit(1, P10, 64).ok
+    a.grow(1, 10, P10)
+    assert a.fork(1, 2)
+    a.free(1)  # the child still holds the blocks; nothing is hashed yet
+    assert a.admit(3, P10, 64).num_cached_tokens == 0
+    a.free(3)
+    a.commit()
+    assert a.admit(4, P10, 64).num_cached_tokens == 8

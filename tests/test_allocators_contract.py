@@ -61,6 +61,7 @@ class Harness:
         self.pool: list[int | None] = [None] * self.alloc.num_slots
         self.seqs: dict[int, SeqModel] = {}
         self.next_id = 0
+        self.uncommitted: dict[int, list[int]] = {}  # sid -> slots grown since the last commit
 
     # -- helpers -----------------------------------------------------------------------------
     def finals(self) -> dict[int, int]:
@@ -129,7 +130,13 @@ class Harness:
             assert s == self.slot(sid, t + k, table), "slot mapping disagrees with the block table"
             self.pool[s] = model.value_at(t + k)
         model.num_tokens = t + n
+        self.uncommitted.setdefault(sid, []).extend(slots)
         return slots
+
+    def commit(self) -> None:
+        """The step that writes every grown token ran."""
+        self.alloc.commit()
+        self.uncommitted.clear()
 
     def fork(self, parent: int):
         child, self.next_id = self.next_id, self.next_id + 1
@@ -143,8 +150,16 @@ class Harness:
         return True
 
     def free(self, sid: int) -> None:
+        """Free; tokens grown since the last commit were never written (a roll-back): their
+        slots lose their value unless another live sequence computed them."""
         self.alloc.free(sid)
         del self.seqs[sid]
+        unwritten = self.uncommitted.pop(sid, [])
+        if unwritten:
+            held = {self.slot(other, pos) for other, m in self.seqs.items() for pos in range(m.num_tokens)}
+            for slot in unwritten:
+                if slot not in held:
+                    self.pool[slot] = None
 
     def bad_inputs(self) -> None:
         before = self.snapshot()
@@ -252,6 +267,10 @@ class AllocatorMachine(RuleBasedStateMachine):
     def bad_inputs(self):
         self.h.bad_inputs()
 
+    @rule()
+    def commit(self):
+        self.h.commit()
+
     @invariant()
     def consistent(self):
         self.h.check()
@@ -283,6 +302,8 @@ def test_random_ops_keep_every_sequence_reading_its_own_tokens(name, knobs):
             h.fork(rng.choice(sorted(h.seqs)))
         elif op < 0.5:
             h.free(rng.choice(sorted(h.seqs)))
+        elif op < 0.6:
+            h.commit()
         else:
             for sid in sorted(h.seqs):
                 if sid not in h.seqs:  # preempted below

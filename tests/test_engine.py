@@ -195,3 +195,36 @@ def test_mixed_groups_under_pressure_keep_every_token_right(name, knobs, preempt
 @pytest.mark.parametrize("seed", range(1, 26))
 def test_mixed_groups_fuzz(name, knobs, preemption, seed):
     run_mixed(name, knobs, preemption, seed, num_requests=24, num_slots=128 + 8 * seed, budget=8 + seed)
+
+
+@pytest.mark.parametrize("name,knobs", [("paged", {"block_size": 4}), ("paged_prefix", {"block_size": 4})])
+@pytest.mark.parametrize("preemption,swap_slots", [("recompute", 0), ("recompute", 256), ("swap", 256)])
+@pytest.mark.parametrize("n,beam", [(4, 1), (1, 4)])
+def test_a_preempted_group_comes_back_with_its_sharing(name, knobs, preemption, swap_slots, n, beam):
+    # 10 blocks: one group needs 4 prompt blocks + 4 private ones shared, 20 unshared; two need 16
+    engine, ex = make_engine(name, 40, knobs=knobs, preemption=preemption, swap_slots=swap_slots)
+    out = engine.run(make_requests([(16, 4, 0.0, n, beam), (16, 4, 0.0, n, beam)]))
+    assert out.summary["num_preemptions"] >= 1
+    assert out.summary["num_finished"] == 2 and out.summary["num_rejected"] == 0
+    assert all(len(s) == 4 for i in (0, 1) for s in out.outputs[i])
+    assert out.swap_out_slots > 0 or preemption == "recompute"
+    if out.swap_out_slots:  # a swapped group's shared prompt comes back once
+        swapped_in = sum(len(op.slots) for b in ex.batches for op in b.swap_in)
+        assert 0 < swapped_in <= out.swap_out_slots
+
+
+def test_beams_wider_than_a_batch_are_rejected_with_a_reason():
+    engine, _ = make_engine("paged", 256, max_num_seqs=2, knobs={"block_size": 4})
+    out = engine.run(make_requests([(5, 3, 0.0, 1, 4), (5, 3, 0.0, 1, 2)]))
+    req = out.requests.set_index("request_id")
+    assert req.loc[0, "status"] == "rejected" and "beam_width 4 exceeds max_num_seqs 2" in req.loc[0, "reason"]
+    assert req.loc[1, "status"] == "finished"
+
+
+def test_a_group_too_large_even_alone_is_rejected_not_retried_forever():
+    # 8 samples of 9 tokens after a 4-token prompt: 1 + 8 * 3 blocks of 4 > 16 blocks
+    engine, _ = make_engine("paged", 64, knobs={"block_size": 4})
+    out = engine.run(make_requests([(4, 10, 0.0, 8), (4, 3, 1.0)]))
+    req = out.requests.set_index("request_id")
+    assert req.loc[0, "status"] == "rejected" and "even alone" in req.loc[0, "reason"]
+    assert req.loc[1, "status"] == "finished"

@@ -66,13 +66,13 @@ class Engine:
                 continue
             t0 = time.perf_counter()
             batch = sched.schedule()
-            if not batch.chunks and not batch.swap_out:
-                if not sched.has_work():  # everything left was rejected while scheduling
+            if not batch.chunks and not batch.swap_out and not batch.swap_in:
+                if not sched.has_work() or sched.preempted_now:  # all rejected, or retry after a preemption
                     continue
                 if sched.running:
                     raise RuntimeError("scheduler made no progress with running sequences")
                 if sched.swapped:  # its sequences come back unshared and no longer fit the empty pool
-                    sched.reject_swapped_head("swapped-out group no longer fits the KV pool without sharing")
+                    sched.reject_swapped_head("swapped-out group does not fit the empty KV pool")
                     continue
                 if next_arrival < len(pending):  # waiting groups need memory that arrives later
                     now = max(now, pending[next_arrival].arrival_s)
@@ -90,6 +90,7 @@ class Engine:
                 self._snapshot(now, final_lens)
             schedule_s = time.perf_counter() - t0
             result = self.executor.execute(batch)
+            self.allocator.commit()
             start = now
             now += result.duration_s
             t1 = time.perf_counter()

@@ -4,13 +4,18 @@ Each step, in this order (as Orca and vLLM do):
 1. running groups, oldest first: pending forks, then one decode token per sequence or the next
    prefill chunk; when the allocator is out of memory, the most recently arrived running group
    is preempted (recompute: freed and requeued at the front; swap: K/V copied to a bounded host
-   pool) and the grow is retried;
+   pool) and the grow is retried; a group out of memory alone in the pool twice in a row
+   without a new token never fits and is rejected;
 2. swapped groups come back in FCFS order when they fit (groups of several sequences are
-   always swapped out when the host pool has room: recomputing them would lose their sharing);
+   always swapped out when the host pool has room, as vLLM does);
 3. waiting groups are admitted FCFS within the token budget, ``max_num_seqs`` and the
    allocator, unless a group was preempted this step or swapped groups wait.
 
-The allocator is asked before anything is written: every slot in the batch came from it.
+A preempted group comes back with its sharing (``kvbench.engine.restore``): one sequence is
+admitted, the others fork from it where their tokens part, swapped-in slots come back once, and
+a group that fits, with its next tokens, comes back whole or not at all. So a group that fitted
+before its preemption still fits. The allocator is asked before anything is written: every
+slot in the batch came from it; the engine commits the grown tokens once the step has run.
 """
 from __future__ import annotations
 
@@ -19,6 +24,7 @@ from dataclasses import dataclass
 
 from allocators.base import Allocator, Fit
 from kvbench.batch import SeqChunk, StepBatch, SwapOp
+from kvbench.engine.restore import ForkTree, plan_restore
 from kvbench.engine.sequence import Group, GroupStatus, Seq
 
 
@@ -34,12 +40,24 @@ class SchedulerConfig:
 
 @dataclass(slots=True)
 class _PendingFork:
-    """A sample or beam to fork from ``parent`` before it grows again: the parent's tokens with
-    its last (just sampled, not yet computed) token replaced by ``token``."""
+    """``child`` starts as a copy of ``parent`` once the parent holds exactly ``at`` computed
+    tokens, computed in an earlier step (so their K/V are written): a new sample or beam
+    (``at`` = the parent's length - 1, its last token just sampled) or a sequence of a preempted
+    group coming back with its sharing (see ``kvbench.engine.restore``)."""
 
     parent: Seq
-    token: int
-    cum_logprob: float
+    child: Seq
+    at: int
+
+
+def beam_limit_error(beam_width: int, max_num_seqs: int, max_num_batched_tokens: int) -> str | None:
+    """Why beams of this width can never run under these batch limits, or None: the beams of a
+    request sample in the same step, one token each."""
+    limit = min(max_num_seqs, max_num_batched_tokens)
+    if beam_width > limit:
+        knob = "max_num_seqs" if max_num_seqs <= max_num_batched_tokens else "max_num_batched_tokens"
+        return f"beam_width {beam_width} exceeds {knob} {limit}: a request's beams must decode in one step"
+    return None
 
 
 class _OutOfMemory(Exception):
@@ -78,9 +96,13 @@ class Scheduler:
         return self._next_seq_id - 1
 
     def add(self, group: Group) -> None:
-        """A request arrives; rejected at once if it can never fit in the model's length."""
+        """A request arrives; rejected at once if it can never fit in the model's length, the
+        pool or one step's batch."""
         request = group.request
-        if request.prompt_len + request.output_len > self.cfg.max_model_len:
+        beam_error = beam_limit_error(request.beam_width, self.cfg.max_num_seqs, self.cfg.max_num_batched_tokens)
+        if beam_error:
+            self._reject(group, beam_error)
+        elif request.prompt_len + request.output_len > self.cfg.max_model_len:
             self._reject(group, f"prompt {request.prompt_len} + output {request.output_len} tokens "
                                 f"exceed max_model_len {self.cfg.max_model_len}")
         elif group.kv_final_len > self.allocator.num_slots:
@@ -90,6 +112,11 @@ class Scheduler:
                                 f"{self.cfg.max_num_batched_tokens} with chunked_prefill off")
         else:
             self.waiting.append(group)
+
+    @property
+    def preempted_now(self) -> bool:
+        """The last schedule() preempted a group (and so admitted none)."""
+        return self._preempted_now
 
     def has_work(self) -> bool:
         return bool(self.waiting or self.running or self.swapped)
@@ -109,7 +136,7 @@ class Scheduler:
             group_chunks: list[SeqChunk] = []
             while True:
                 try:
-                    self._do_pending_forks(group)
+                    self._do_pending_forks(group, group_chunks)
                     self._chunks_for(group, budget, seq_budget, group_chunks)
                     break
                 except _OutOfMemory:
@@ -118,7 +145,10 @@ class Scheduler:
                         grown = {c.seq_id: c.query_len for c in group_chunks}
                         for seq in group.seqs:
                             seq.num_computed -= grown.get(seq.seq_id, 0)
-                        self._preempt(group)
+                        if self._stuck_alone(group):
+                            self._reject_running(group)
+                        else:
+                            self._preempt(group)
                         group_chunks = []
                         break
                     self._preempt(victim)
@@ -131,9 +161,13 @@ class Scheduler:
             i += 1
 
         if not self._preempted_now:
-            while self.swapped and self._swap_in_group(self.swapped[0]):
-                group = self.swapped.popleft()
-                group_chunks = self._schedule_admitted(group, budget, seq_budget)
+            while self.swapped:
+                group = self.swapped[0]
+                group_chunks = self._bring_back(group, budget, seq_budget, dict(self.host_tokens))
+                if group_chunks is None:
+                    break
+                self.swapped.popleft()
+                self._release_host(group)
                 chunks.extend(group_chunks)
                 budget -= sum(c.query_len for c in group_chunks)
                 seq_budget -= len(group_chunks)
@@ -142,15 +176,15 @@ class Scheduler:
             while self.waiting and budget > 0 and seq_budget >= len(self.waiting[0].seqs):
                 group = self.waiting[0]
                 pending = sum(s.pending for s in group.seqs)
-                if not self.cfg.chunked_prefill and pending > budget:
+                if not self._may_chunk(group) and pending > budget:
                     break
-                fit = self._admit_group(group)
-                if fit is Fit.LATER:
+                group_chunks = self._bring_back(group, budget, seq_budget, None)
+                if group.status is GroupStatus.REJECTED:
+                    self.waiting.popleft()
+                    continue
+                if group_chunks is None:
                     break
                 self.waiting.popleft()
-                if fit is Fit.NEVER:
-                    continue
-                group_chunks = self._schedule_admitted(group, budget, seq_budget)
                 chunks.extend(group_chunks)
                 budget -= sum(c.query_len for c in group_chunks)
                 seq_budget -= len(group_chunks)
@@ -183,7 +217,11 @@ class Scheduler:
         return bool(self._pending_forks.get(group.request_id))
 
     def add_pending_fork(self, group: Group, parent: Seq, token: int, cum_logprob: float) -> None:
-        self._pending_forks.setdefault(group.request_id, []).append(_PendingFork(parent, token, cum_logprob))
+        """A new sample or beam: ``parent``'s tokens with its last (just sampled) one replaced by ``token``."""
+        forks = self._pending_forks.setdefault(group.request_id, [])
+        child = Seq(self.new_seq_id(), parent.tokens[:-1] + [token], num_generated=parent.num_generated,
+                    sample_index=len(group.seqs) + len(forks), cum_logprob=cum_logprob)
+        forks.append(_PendingFork(parent, child, len(parent.tokens) - 1))
 
     def finish(self, group: Group, now: float) -> None:
         for seq in group.seqs:
@@ -198,19 +236,43 @@ class Scheduler:
         group.seqs.remove(seq)
 
     # -- running -----------------------------------------------------------------------------
-    def _do_pending_forks(self, group: Group) -> None:
+    def _do_pending_forks(self, group: Group, grown_now: list[SeqChunk]) -> None:
+        """Make the forks whose parent reached the fork point in an earlier step (not in this
+        one: its new K/V are not written yet); a child made now may be a parent at once."""
         forks = self._pending_forks.get(group.request_id)
-        while forks:
-            fork = forks[0]
-            child_id = self.new_seq_id()
-            if not self.allocator.fork(fork.parent.seq_id, child_id, group.kv_final_len):
-                raise _OutOfMemory
-            forks.pop(0)
-            child = Seq(child_id, fork.parent.tokens[:-1] + [fork.token],
-                        num_computed=fork.parent.num_computed, num_generated=fork.parent.num_generated,
-                        sample_index=len(group.seqs), cum_logprob=fork.cum_logprob)
-            group.seqs.append(child)
-        self._pending_forks.pop(group.request_id, None)
+        if not forks:
+            return
+        live = {s.seq_id for s in group.seqs}
+        busy = {c.seq_id for c in grown_now}
+        made = True
+        while made:
+            made = False
+            for fork in list(forks):
+                parent = fork.parent
+                if parent.seq_id not in live or parent.seq_id in busy or parent.num_computed != fork.at:
+                    continue
+                if not self.allocator.fork(parent.seq_id, fork.child.seq_id, group.kv_final_len):
+                    raise _OutOfMemory
+                forks.remove(fork)
+                fork.child.num_computed = fork.at
+                group.seqs.append(fork.child)
+                live.add(fork.child.seq_id)
+                made = True
+        if not forks:
+            self._pending_forks.pop(group.request_id, None)
+
+    def _fork_points(self, group: Group) -> dict[int, int]:
+        """seq_id -> the earliest point a pending fork needs it to stop at."""
+        stops: dict[int, int] = {}
+        for fork in self._pending_forks.get(group.request_id, ()):
+            key = fork.parent.seq_id
+            stops[key] = min(stops.get(key, fork.at), fork.at)
+        return stops
+
+    def _may_chunk(self, group: Group) -> bool:
+        """A restored group recomputes its prompt plus what it generated: it may take chunks even
+        with chunked prefill off, or a long one could never come back."""
+        return self.cfg.chunked_prefill or group.num_preemptions > 0
 
     def _chunks_for(self, group: Group, budget: int, seq_budget: int, chunks: list[SeqChunk]) -> None:
         """Grow the group's sequences by their next chunks, appending to ``chunks``.
@@ -223,20 +285,27 @@ class Scheduler:
         budget -= sum(c.query_len for c in chunks)
         seq_budget -= len(chunks)
         hold_back = 0  # tokens each sequence keeps pending, so that beams sample in the same step
-        if group.is_beam and group.forked:
+        stops = self._fork_points(group)
+        if group.is_beam and group.forked and stops:
+            hold_back = 1  # beams still to fork: none samples before all of them are back
+        elif group.is_beam and group.forked:
             if chunks:
                 hold_back = 0 if all(c.sample for c in chunks) else 1
             else:
                 todo = [s.pending for s in group.seqs if s.pending > 0]
                 hold_back = 0 if sum(todo) <= budget and len(todo) <= seq_budget else 1
         output_len = group.request.output_len
+        may_chunk = self._may_chunk(group)
         for seq in group.seqs:
             pending = seq.pending - hold_back
+            stop = stops.get(seq.seq_id)
+            if stop is not None:
+                pending = min(pending, stop - seq.num_computed)
             if pending <= 0 or seq.num_generated >= output_len:  # finished samples wait for the group
                 continue
             if budget <= 0 or seq_budget <= 0:
                 break
-            size = pending if (pending <= budget or not self.cfg.chunked_prefill) else budget
+            size = pending if (pending <= budget or not may_chunk) else budget
             if size > budget:
                 break
             start = seq.num_computed
@@ -269,8 +338,8 @@ class Scheduler:
         self.num_preemptions += 1
         group.num_preemptions += 1
         held = sum(s.num_computed for s in group.seqs)
-        # Groups of several sequences are swapped even under `recompute` (as vLLM does):
-        # recomputing them would lose the blocks their samples or beams share.
+        # Groups of several sequences are swapped even under `recompute`, as vLLM does; either
+        # way they come back with their sharing (see _restore).
         swap = self.cfg.preemption == "swap" or len(group.seqs) > 1
         if swap and self.host_used + held <= self.cfg.swap_slots:
             slots = {seq.seq_id: self._slots_of(seq, 0, seq.num_computed) for seq in group.seqs}
@@ -283,14 +352,34 @@ class Scheduler:
             self.host_used += held
             self.num_swapped_out_slots += held
             group.status = GroupStatus.SWAPPED
-            self.swapped.append(group)
+            self.swapped.append(group)  # forks not made yet stay pending: their parents come back
         else:
             for seq in group.seqs:
                 self.allocator.free(seq.seq_id)
+            for fork in self._pending_forks.pop(group.request_id, []):
+                group.seqs.append(fork.child)
+            for seq in group.seqs:
                 seq.num_computed = 0
             group.status = GroupStatus.WAITING
             self.waiting.appendleft(group)
-        self._materialize_forks(group)
+
+    def _stuck_alone(self, group: Group) -> bool:
+        """Out of memory with no other group running: True the second time in a row without a
+        new token in between (coming back into the empty pool did not help), so it never fits."""
+        if len(self.running) > 1:
+            return False
+        progress = sum(s.num_generated for s in group.seqs)
+        if group.alone_oom_at == progress:
+            return True
+        group.alone_oom_at = progress
+        return False
+
+    def _reject_running(self, group: Group) -> None:
+        for seq in group.seqs:
+            self.allocator.free(seq.seq_id)
+        self.running.remove(group)
+        self._reject(group, f"its {group.width} sequences need more than the {self.allocator.num_slots}-slot "
+                            f"KV pool even alone")
 
     def _drop_copies_into(self, victim_slots: set[int]) -> dict[int, int]:
         """Copies queued this step into slots about to be swapped out: the executor swaps out
@@ -306,80 +395,148 @@ class Scheduler:
         self._copy_ops = keep
         return redirect
 
-    def _materialize_forks(self, group: Group) -> None:
-        """Forks not made yet become sequences of their own, to be recomputed."""
-        for fork in self._pending_forks.pop(group.request_id, []):
-            parent = fork.parent
-            group.seqs.append(Seq(self.new_seq_id(), parent.tokens[:-1] + [fork.token],
-                                  num_generated=parent.num_generated, sample_index=len(group.seqs),
-                                  cum_logprob=fork.cum_logprob))
-
-    def _swap_in_group(self, group: Group) -> bool:
-        """Re-admit a swapped group and queue the host-to-device copies; False if it does not fit."""
-        fit = self._admit_seqs(group)
-        if fit is Fit.LATER:
-            return False
-        if fit is Fit.NEVER:  # cannot happen for a group that fitted before; keep the books right
-            self.swapped.popleft()
-            self._release_host(group)
-            self._reject(group, group.reject_reason)
-            return False
-        admitted: list[tuple[Seq, list[int], int]] = []
-        for seq in group.seqs:
-            held = self.host_tokens.get(seq.seq_id, 0)
-            start = seq.num_computed  # prefix-cached tokens need no copy
-            if held > start:
-                slots = self.allocator.grow(seq.seq_id, held - start, seq.tokens[start:held])
-                if slots is None:  # admit allocated the whole prompt: the seam forbids this
-                    raise RuntimeError(f"allocator refused to grow seq {seq.seq_id} inside its admitted prompt")
-                admitted.append((seq, slots, start))
-                seq.num_computed = held
-        for seq, slots, start in admitted:
-            self._swap_in.append(SwapOp(seq.seq_id, slots, offset=start))
-            self.num_swapped_in_slots += len(slots)
-        self._release_host(group)
-        group.status = GroupStatus.RUNNING
-        self._insert_running(group)
-        return True
-
     def _release_host(self, group: Group) -> None:
         for seq in group.seqs:
             self.host_used -= self.host_tokens.pop(seq.seq_id, 0)
 
     # -- admission ---------------------------------------------------------------------------
-    def _admit_group(self, group: Group) -> Fit:
-        fit = self._admit_seqs(group)
+    def _bring_back(self, group: Group, budget: int, seq_budget: int, host: dict[int, int] | None) -> list[SeqChunk] | None:
+        """Admit a waiting group (``host`` None) or swap one in and schedule its first chunks;
+        None, with nothing changed, when it does not fit now (or was rejected: it never fits)."""
+        self._copy_ops.extend(self.allocator.take_copy_ops())  # this step's earlier copies stay
+        seqs, forks = list(group.seqs), list(self._pending_forks.get(group.request_id, ()))
+        computed = {s.seq_id: s.num_computed for s in seqs}
+        swap_mark, copy_mark, swapped_slots = len(self._swap_in), len(self._copy_ops), self.num_swapped_in_slots
+        fit = self._restore(group, host)
         if fit is Fit.NEVER:
+            if host is not None:
+                self.swapped.popleft()
+                self._release_host(group)
             self._reject(group, group.reject_reason)
-        elif fit is Fit.OK:
-            group.status = GroupStatus.RUNNING
-            self._insert_running(group)
-        return fit
-
-    def _admit_seqs(self, group: Group) -> Fit:
-        """Admit every sequence of the group or none of them."""
-        done: list[Seq] = []
-        final_len = group.kv_final_len
-        for seq in group.seqs:
-            admission = self.allocator.admit(seq.seq_id, seq.tokens, self.cfg.max_model_len, final_len)
-            if not admission.ok:
-                for s in done:
-                    self.allocator.free(s.seq_id)
-                    s.num_computed = 0
-                if admission.fit is Fit.NEVER:
-                    group.reject_reason = admission.reason
-                return admission.fit
-            seq.num_computed = admission.num_cached_tokens
-            done.append(seq)
-        return Fit.OK
-
-    def _schedule_admitted(self, group: Group, budget: int, seq_budget: int) -> list[SeqChunk]:
+            return None
+        if fit is Fit.LATER:
+            return None
         chunks: list[SeqChunk] = []
         try:
             self._chunks_for(group, budget, seq_budget, chunks)
-        except _OutOfMemory:  # admit allocated the whole prompt: nothing here needs memory
-            raise RuntimeError(f"allocator refused a prompt chunk of request {group.request_id} it admitted")
+        except _OutOfMemory:  # its sequences fit, their next tokens not yet: undo it all
+            for seq in group.seqs:
+                self.allocator.free(seq.seq_id)
+            self.allocator.take_copy_ops()
+            del self._swap_in[swap_mark:], self._copy_ops[copy_mark:]
+            self.num_swapped_in_slots = swapped_slots
+            group.seqs = seqs
+            for seq in seqs:
+                seq.num_computed = computed[seq.seq_id]
+            if forks:
+                self._pending_forks[group.request_id] = forks
+            else:
+                self._pending_forks.pop(group.request_id, None)
+            return None
+        group.status = GroupStatus.RUNNING
+        self._insert_running(group)
         return chunks
+
+    def _restore(self, group: Group, host: dict[int, int] | None) -> Fit:
+        """Admit a group (new, preempted by recompute, or swapped out: ``host`` maps seq_id to the
+        tokens held in the host pool) with its sharing, all or nothing.
+
+        The fork tree's root is admitted with all its tokens; a fork whose point is already in
+        the pool is made now (swap-in), any other once its parent has computed that far. Host
+        tokens are swapped in, each slot once.
+        """
+        alloc = self.allocator
+        output_len = group.request.output_len
+        if host is None:
+            limit = lambda s: len(s.tokens) - 1  # noqa: E731  a sequence computes its last token itself
+        else:
+            limit = lambda s: host.get(s.seq_id, 0)  # noqa: E731
+        tree = plan_restore(group.seqs, limit, lambda s: s.num_generated < output_len)
+        saved = {s.seq_id: s.num_computed for s in group.seqs}
+        live: list[Seq] = []
+        deferred: list[_PendingFork] = []
+        valid: dict[int, int] = {}  # seq_id -> its positions already in the pool (prefix hits)
+        fit = self._admit_alone(group, tree.root, live, valid)
+        if fit is Fit.OK:
+            try:
+                fit = self._restore_from(group, tree, tree.root, host or {}, live, deferred, valid)
+            except _OutOfMemory:
+                fit = Fit.LATER
+        if fit is not Fit.OK:
+            for seq in live:
+                alloc.free(seq.seq_id)
+            alloc.take_copy_ops()
+            for seq in group.seqs:
+                seq.num_computed = saved[seq.seq_id]
+            return fit
+        group.seqs = live
+        if deferred:
+            self._pending_forks.setdefault(group.request_id, []).extend(deferred)
+        if host:
+            self._queue_swap_in(live, host, valid)
+        return Fit.OK
+
+    def _admit_alone(self, group: Group, seq: Seq, live: list[Seq], valid: dict[int, int]) -> Fit:
+        admission = self.allocator.admit(seq.seq_id, seq.tokens, self.cfg.max_model_len, group.kv_final_len)
+        if admission.fit is Fit.NEVER:
+            group.reject_reason = admission.reason
+        if admission.ok:
+            seq.num_computed = valid[seq.seq_id] = admission.num_cached_tokens
+            live.append(seq)
+        return admission.fit
+
+    def _restore_from(self, group: Group, tree: ForkTree, seq: Seq, host: dict[int, int], live: list[Seq],
+                      deferred: list[_PendingFork], valid: dict[int, int]) -> Fit:
+        """Bring back ``seq``'s subtree: grow it through its host tokens, forking on the way."""
+        for at, child in tree.children.get(seq.seq_id, ()):
+            self._grow_to(seq, min(at, host.get(seq.seq_id, 0)))
+            if seq.num_computed > at:  # a prefix hit of the root reaches past the fork
+                fit = self._admit_alone(group, child, live, valid)
+                if fit is not Fit.OK:
+                    return fit
+            elif seq.num_computed == at and host.get(child.seq_id, 0) >= at:
+                if not self.allocator.fork(seq.seq_id, child.seq_id, group.kv_final_len):
+                    raise _OutOfMemory
+                child.num_computed = at
+                live.append(child)
+            else:
+                self._defer(tree, seq, at, child, deferred)
+                continue
+            fit = self._restore_from(group, tree, child, host, live, deferred, valid)
+            if fit is not Fit.OK:
+                return fit
+        self._grow_to(seq, host.get(seq.seq_id, 0))
+        return Fit.OK
+
+    def _defer(self, tree: ForkTree, parent: Seq, at: int, child: Seq, deferred: list[_PendingFork]) -> None:
+        deferred.append(_PendingFork(parent, child, at))
+        for sub_at, sub in tree.children.get(child.seq_id, ()):
+            self._defer(tree, child, sub_at, sub, deferred)
+
+    def _grow_to(self, seq: Seq, stop: int) -> None:
+        if stop > seq.num_computed:
+            if self.allocator.grow(seq.seq_id, stop - seq.num_computed, seq.tokens[seq.num_computed:stop]) is None:
+                raise _OutOfMemory
+            seq.num_computed = stop
+
+    def _queue_swap_in(self, live: list[Seq], host: dict[int, int], valid: dict[int, int]) -> None:
+        """Swap each restored slot in once, parents first; drop the copies the rebuild queued
+        (their sources are only written by these swap-ins)."""
+        covered: set[int] = set()
+        for seq in live:
+            slots = self._slots_of(seq, 0, seq.num_computed)
+            covered.update(slots[:valid.get(seq.seq_id, 0)])
+            start = next((p for p, slot in enumerate(slots) if slot not in covered), len(slots))
+            if start == len(slots):
+                continue
+            if seq.num_computed > host.get(seq.seq_id, 0):
+                raise RuntimeError(f"seq {seq.seq_id}: positions [{start}, {seq.num_computed}) have no source")
+            self._swap_in.append(SwapOp(seq.seq_id, slots[start:], offset=start))
+            self.num_swapped_in_slots += len(slots) - start
+            covered.update(slots[start:])
+        for op in self.allocator.take_copy_ops():
+            if any(op.dst + i not in covered for i in range(op.length)):
+                self._copy_ops.append(op)
 
     def _insert_running(self, group: Group) -> None:
         key = (group.request.arrival_s, group.request_id)
@@ -389,6 +546,7 @@ class Scheduler:
         self.running.insert(idx, group)
 
     def _reject(self, group: Group, reason: str) -> None:
+        self._pending_forks.pop(group.request_id, None)
         group.status = GroupStatus.REJECTED
         group.reject_reason = reason or "can never fit"
 

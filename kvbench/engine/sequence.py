@@ -43,6 +43,7 @@ class Group:
     first_token_s: float | None = None
     finish_s: float | None = None
     num_preemptions: int = 0
+    alone_oom_at: int | None = None  # tokens generated when it last ran out of memory alone in the pool
     reject_reason: str = ""
     best_tokens: list[int] = field(default_factory=list)
     final_beams: list[tuple[float, list[int]]] = field(default_factory=list)  # (score, tokens) ended without K/V
