@@ -6,14 +6,15 @@
     buddy         BuddyAllocator(num_slots, block_size=16, reserve="max", max_model_len=2048, min_order=0, double_chunk=16, debug=False)
     paged         PagedAllocator(num_slots, block_size=16, debug=False)
     paged_prefix  PagedPrefixAllocator(num_slots, block_size=16, debug=False)
+    radix         RadixAllocator(num_slots, block_size=16, insert_running=True, debug=False)
 
 block_size is a power of two for every strategy. ``stats()`` keys, all strategies:
-``prefix_hit_rate``, ``prefix_queries``, ``prefix_hits`` (None unless paged_prefix),
+``prefix_hit_rate``, ``prefix_queries``, ``prefix_hits`` (None unless paged_prefix or radix),
 ``logical_slots`` (sum of num_tokens over live sequences: the slots they would hold without
 sharing), ``physical_slots`` (distinct slots holding computed tokens, == usage().token),
 ``allocated_slots``, ``live_sequences``, ``copy_ops``, ``copied_slots`` (queued so far).
 Extra: contiguous ``moves``, ``holes``, ``largest_hole_slots``; buddy ``moves``,
-``largest_free_slots``; paged_prefix ``cached_free_blocks``, ``evictions``.
+``largest_free_slots``; paged_prefix and radix ``cached_free_blocks``, ``evictions``.
 sharing_saving_frac = 1 - physical_slots / logical_slots.
 """
 from __future__ import annotations
@@ -33,6 +34,7 @@ from allocators.buddy import BuddyAllocator
 from allocators.contiguous import ContiguousAllocator
 from allocators.paged import PagedAllocator
 from allocators.paged_prefix import PagedPrefixAllocator
+from allocators.radix import RadixAllocator
 from allocators.region import RESERVE_POLICIES
 
 STRATEGIES: dict[str, type[Allocator]] = {
@@ -40,6 +42,7 @@ STRATEGIES: dict[str, type[Allocator]] = {
     "buddy": BuddyAllocator,
     "paged": PagedAllocator,
     "paged_prefix": PagedPrefixAllocator,
+    "radix": RadixAllocator,
 }
 
 
@@ -73,6 +76,7 @@ __all__ = [
     "PagedAllocator",
     "PagedPrefixAllocator",
     "RESERVE_POLICIES",
+    "RadixAllocator",
     "STRATEGIES",
     "build",
     "check_length",

@@ -55,24 +55,36 @@ class CopyOp:
 
 @dataclass(frozen=True, slots=True)
 class MemoryUsage:
-    """Every slot of the pool in exactly one category (the paper's Figure 2)."""
+    """Every slot of the pool in exactly one category (the paper's Figure 2, plus ``cached``).
+
+    ``cached`` (prefix-caching strategies only, else None) holds reusable prefix K/V that no
+    live sequence owns: evictable on demand, so the paper's four-way view counts it as
+    external (``paper_external`` = external + cached).
+    """
 
     token: int  # holds a computed token of a live sequence (a shared slot counts once)
     reserved: int  # allocated, empty, and its sequence will fill it before finishing
     internal: int  # allocated, and no owner will ever fill it
-    external: int  # not allocated
+    external: int  # not allocated and holding nothing reusable
+    cached: int | None = None  # not allocated, holding prefix K/V a later request may reuse
 
     @property
     def total(self) -> int:
-        return self.token + self.reserved + self.internal + self.external
+        return self.token + self.reserved + self.internal + self.external + (self.cached or 0)
 
-    def fractions(self) -> dict[str, float]:
+    @property
+    def paper_external(self) -> int:
+        """External in the paper's four categories: free and cached slots together."""
+        return self.external + (self.cached or 0)
+
+    def fractions(self) -> dict[str, float | None]:
         total = self.total
         return {
             "mem_token_frac": self.token / total,
             "mem_reserved_frac": self.reserved / total,
             "mem_internal_frac": self.internal / total,
             "mem_external_frac": self.external / total,
+            "mem_cached_frac": None if self.cached is None else self.cached / total,
         }
 
 

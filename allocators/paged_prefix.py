@@ -27,7 +27,8 @@ blocks first (they come first in the queue); unhashed blocks of one free are als
 first. A cached block that a later admit hits leaves the queue. Taking a cached block from
 the queue evicts it: its hash leaves the map.
 
-Usage: cached free blocks are not allocated, so they count as ``external``.
+Usage: cached free blocks are not allocated; they are their own category
+(``MemoryUsage.cached``), external in the paper's four-way view.
 
 Invariants (on top of paged's): the map and the blocks' hashes agree one to one; a hashed
 block is full for each of its owners; a sequence's hash chain covers exactly its full
@@ -36,10 +37,10 @@ committed blocks while its token ids are known (never more than its full blocks)
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from allocators.base import Admission, Fit, ceil_div
+from allocators.base import Admission, Fit, MemoryUsage, ceil_div
 from allocators.paged import PagedAllocator, _PagedSeq
 
 ROOT_HASH = 0x5EED_CAFE  # parent hash of a sequence's first block
@@ -66,6 +67,7 @@ class PagedPrefixAllocator(PagedAllocator):
         self._queries = 0
         self._hits = 0
         self._evictions = 0
+        self._num_cached = 0  # hashed blocks in the free queue
 
     @staticmethod
     def _hash_block(parent: int, tokens: tuple[int, ...]) -> int:
@@ -83,6 +85,7 @@ class PagedPrefixAllocator(PagedAllocator):
             self._block_hash[block] = None
             self._block_key[block] = None
             self._evictions += 1
+            self._num_cached -= 1
         return block
 
     def _release_blocks(self, blocks: list[int]) -> None:
@@ -93,6 +96,7 @@ class PagedPrefixAllocator(PagedAllocator):
                 unhashed.append(b)
             else:
                 free[b] = None
+                self._num_cached += 1
         for b in reversed(unhashed):
             free[b] = None
             free.move_to_end(b, last=False)
@@ -124,6 +128,7 @@ class PagedPrefixAllocator(PagedAllocator):
         for b in hits:
             if not ref[b]:
                 del self._free[b]
+                self._num_cached -= 1
             ref[b] += 1
         table = hits + self._take_fresh(fresh)
         cached = len(hits) * bs
@@ -204,6 +209,11 @@ class PagedPrefixAllocator(PagedAllocator):
         """Free blocks still findable by hash, in eviction order."""
         return [b for b in self._free if self._block_hash[b] is not None]
 
+    def usage(self, final_lens: Mapping[int, int]) -> MemoryUsage:
+        u = super().usage(final_lens)
+        cached = self._num_cached * self.block_size
+        return MemoryUsage(u.token, u.reserved, u.internal, u.external - cached, cached)
+
     def stats(self) -> dict[str, float | int | None]:
         out = super().stats()
         out["prefix_queries"] = self._queries
@@ -215,6 +225,7 @@ class PagedPrefixAllocator(PagedAllocator):
 
     def check_invariants(self) -> None:
         super().check_invariants()
+        assert self._num_cached == len(self.cached_blocks()), "cached block count is wrong"
         for h, b in self._hash_to_block.items():
             assert self._block_hash[b] == h, f"map says hash {h} -> block {b}; block says {self._block_hash[b]}"
         bs = self.block_size

@@ -27,7 +27,11 @@ CONFIGS = (
     + [pytest.param("buddy", dict(num_slots=250, block_size=2, reserve="double", max_model_len=MAX_LEN, min_order=2, double_chunk=1), id="buddy-double-min_order2")]
     + [pytest.param("paged", dict(num_slots=n, block_size=bs), id=f"paged-bs{bs}") for n, bs in ((97, 1), (203, 16), (600, 256))]
     + [pytest.param("paged_prefix", dict(num_slots=n, block_size=bs), id=f"paged_prefix-bs{bs}") for n, bs in ((97, 1), (130, 4), (203, 16), (600, 256))]
+    + [pytest.param("radix", dict(num_slots=n, block_size=bs), id=f"radix-bs{bs}") for n, bs in ((97, 1), (130, 4), (203, 16))]
+    + [pytest.param("radix", dict(num_slots=130, block_size=4, insert_running=False), id="radix-bs4-on-free")]
 )
+SHARING = ("paged", "paged_prefix", "radix")
+CACHING = ("paged_prefix", "radix")
 
 # prompts share prefixes within a family so that prefix hits happen
 FAMILIES = [[(7 * f + 3 * i) % 5 for i in range(MAX_LEN)] for f in range(3)]
@@ -103,7 +107,7 @@ class Harness:
             return r
         model = SeqModel(prompt + tail, len(prompt), final_len, r.num_cached_tokens)
         cached = r.num_cached_tokens
-        assert cached == 0 or (self.name == "paged_prefix" and cached % self.bs == 0 and cached < len(prompt))
+        assert cached == 0 or (self.name in CACHING and cached % self.bs == 0 and cached < len(prompt))
         assert self.alloc.num_tokens(sid) == cached
         assert len(self.alloc.block_table(sid)) * self.bs >= len(prompt), "prompt space not allocated"
         self.seqs[sid] = model
@@ -200,7 +204,7 @@ class Harness:
         token = reserved = internal = 0
         for slot, who in owners.items():
             assert 0 <= slot < a.num_slots
-            if self.name not in ("paged", "paged_prefix"):
+            if self.name not in SHARING:
                 assert len(who) == 1, f"slot {slot} owned by {who}"
             if any(pos < self.seqs[sid].num_tokens for sid, pos in who):
                 token += 1
@@ -211,7 +215,8 @@ class Harness:
         usage = a.usage(finals)
         assert usage.total == a.num_slots
         assert min(usage.token, usage.reserved, usage.internal, usage.external) >= 0
-        assert (usage.token, usage.reserved, usage.internal, usage.external) == (token, reserved, internal, a.num_slots - len(owners))
+        assert (usage.token, usage.reserved, usage.internal, usage.paper_external) == (token, reserved, internal, a.num_slots - len(owners))
+        assert (usage.cached is not None) == (self.name in CACHING)
         stats = a.stats()
         assert stats["logical_slots"] == sum(m.num_tokens for m in self.seqs.values())
         assert stats["physical_slots"] == token
@@ -221,7 +226,7 @@ class Harness:
         for sid in list(self.seqs):
             self.free(sid)
         usage = self.alloc.usage({})
-        assert usage.external == self.alloc.num_slots, usage
+        assert usage.paper_external == self.alloc.num_slots, usage
         assert self.alloc.stats()["allocated_slots"] == 0
         self.alloc.check_invariants()
 
@@ -323,7 +328,7 @@ def test_random_ops_keep_every_sequence_reading_its_own_tokens(name, knobs):
         assert stats["copy_ops"] > 0
     if knobs.get("reserve") == "double":
         assert stats["moves"] > 0
-    if name == "paged_prefix" and knobs["block_size"] <= 16:
+    if name in CACHING and knobs["block_size"] <= 16:
         assert stats["prefix_hits"] > 0 and stats["evictions"] > 0
     h.drain()
 
@@ -359,6 +364,7 @@ def trace(alloc, ops, final_for) -> list:
             left = final - alloc.num_tokens(sid)
             n = y % (left + 1)
             out.append(("grow", alloc.grow(sid, n, [y % 5] * n)))
+            alloc.commit()
         elif kind == "fork":
             ok = alloc.fork(sid, next_id, final_for(final))
             out.append(("fork", ok))

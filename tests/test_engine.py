@@ -18,6 +18,8 @@ ALLOCATORS = [
     ("paged", {"block_size": 1}),
     ("paged", {"block_size": 4}),
     ("paged_prefix", {"block_size": 4}),
+    ("radix", {"block_size": 1}),
+    ("radix", {"block_size": 4}),
 ]
 
 
@@ -104,8 +106,10 @@ def test_every_allocator_finishes_every_request_under_pressure(name, knobs):
     assert sorted(out.outputs) == list(range(24))
     for i, (_, output_len, _) in enumerate(specs):
         assert len(out.outputs[i][0]) == output_len  # recompute never changes what is generated
-    fractions = out.steps[["mem_token_frac", "mem_reserved_frac", "mem_internal_frac", "mem_external_frac"]]
+    fractions = out.steps[["mem_token_frac", "mem_reserved_frac", "mem_internal_frac", "mem_external_frac",
+                           "mem_cached_frac"]].fillna(0.0)
     assert (fractions.sum(axis=1) - 1).abs().max() < 1e-9
+    assert out.steps["mem_cached_frac"].isna().all() == (name not in ("paged_prefix", "radix"))
 
 
 @pytest.mark.parametrize("name,knobs", ALLOCATORS)

@@ -54,6 +54,7 @@ class Recorder:
         col["mem_reserved_frac"].append(usage.reserved / total)
         col["mem_internal_frac"].append(usage.internal / total)
         col["mem_external_frac"].append(usage.external / total)
+        col["mem_cached_frac"].append(math.nan if usage.cached is None else usage.cached / total)
         col["logical_slots"].append(logical_slots)
         col["token_slots"].append(usage.token)
         col["copy_slots"].append(sum(op.length for op in batch.copy_ops))
@@ -130,12 +131,14 @@ def summarize(steps: pd.DataFrame, requests: pd.DataFrame, *, num_preemptions: i
             weights = np.ones(len(steps))
         for key in MEM_KEYS:
             out[key] = float(np.average(steps[key].to_numpy(), weights=weights))
+        cached = steps["mem_cached_frac"].to_numpy()  # NaN where the allocator caches nothing
+        out["mem_cached_frac"] = None if np.isnan(cached).all() else float(np.average(cached, weights=weights))
         logical = float(np.dot(steps["logical_slots"].to_numpy(), weights))
         physical = float(np.dot(steps["token_slots"].to_numpy(), weights))
         out["sharing_saving_frac"] = (logical - physical) / logical if logical > 0 else None
     else:
         out.update({"mean_batch_size": None, "max_batch_size": None, "sharing_saving_frac": None})
-        out.update({key: None for key in MEM_KEYS})
+        out.update({key: None for key in (*MEM_KEYS, "mem_cached_frac")})
     out["num_preemptions"] = num_preemptions
     out["prefix_hit_rate"] = _none_if_nan(prefix_hit_rate)
     out["num_finished"] = int(len(done))
