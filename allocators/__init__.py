@@ -7,6 +7,7 @@
     paged         PagedAllocator(num_slots, block_size=16, debug=False)
     paged_prefix  PagedPrefixAllocator(num_slots, block_size=16, debug=False)
     radix         RadixAllocator(num_slots, block_size=16, insert_running=True, debug=False)
+    vattention    VAttentionAllocator(num_slots, block_size=16, page_bytes=2 MiB, token_bytes=2048, reclaim="unmap", debug=False)
 
 block_size is a power of two for every strategy. ``stats()`` keys, all strategies:
 ``prefix_hit_rate``, ``prefix_queries``, ``prefix_hits`` (None unless paged_prefix or radix),
@@ -14,7 +15,7 @@ block_size is a power of two for every strategy. ``stats()`` keys, all strategie
 sharing), ``physical_slots`` (distinct slots holding computed tokens, == usage().token),
 ``allocated_slots``, ``live_sequences``, ``copy_ops``, ``copied_slots`` (queued so far).
 Extra: contiguous ``moves``, ``holes``, ``largest_hole_slots``; buddy ``moves``,
-``largest_free_slots``; paged_prefix and radix ``cached_free_blocks``, ``evictions``.
+``largest_free_slots``; vattention ``page_maps``, ``page_unmaps``, ``tokens_per_page``; paged_prefix and radix ``cached_free_blocks``, ``evictions``.
 sharing_saving_frac = 1 - physical_slots / logical_slots.
 """
 from __future__ import annotations
@@ -35,6 +36,7 @@ from allocators.contiguous import ContiguousAllocator
 from allocators.paged import PagedAllocator
 from allocators.paged_prefix import PagedPrefixAllocator
 from allocators.radix import RadixAllocator
+from allocators.vattention import VAttentionAllocator
 from allocators.region import RESERVE_POLICIES
 
 STRATEGIES: dict[str, type[Allocator]] = {
@@ -43,6 +45,7 @@ STRATEGIES: dict[str, type[Allocator]] = {
     "paged": PagedAllocator,
     "paged_prefix": PagedPrefixAllocator,
     "radix": RadixAllocator,
+    "vattention": VAttentionAllocator,
 }
 
 
@@ -77,6 +80,7 @@ __all__ = [
     "PagedPrefixAllocator",
     "RESERVE_POLICIES",
     "RadixAllocator",
+    "VAttentionAllocator",
     "STRATEGIES",
     "build",
     "check_length",

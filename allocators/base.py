@@ -169,6 +169,10 @@ class Allocator(abc.ABC):
             raise AllocatorError(f"unknown sequence {seq_id}")
         return seq
 
+    def take_page_ops(self) -> tuple[int, int]:
+        """(page groups mapped, unmapped) since the last call; virtual-memory strategies only."""
+        return 0, 0
+
     def take_copy_ops(self) -> list[CopyOp]:
         """Copies the engine must perform before the next forward; draining them."""
         ops, self._copy_ops = getattr(self, "_copy_ops", []), []

@@ -74,6 +74,8 @@ def _allocator(cfg: DictConfig, geometry: KVGeometry, kv_bytes: int):
     knobs = {k: v for k, v in OmegaConf.to_container(cfg.allocator).items() if k != "name" and v is not None}
     if cfg.allocator.name in ("contiguous", "buddy"):
         knobs.setdefault("max_model_len", int(cfg.model.max_model_len))
+    if cfg.allocator.name == "vattention":  # one token of one layer's K (or V) tensor
+        knobs.setdefault("token_bytes", geometry.num_kv_heads * geometry.head_size * geometry.dtype_bytes)
     try:
         allocator = build_allocator(cfg.allocator.name, num_slots, debug=bool(cfg.engine.debug), **knobs)
     except AllocatorError as exc:

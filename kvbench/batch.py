@@ -49,6 +49,8 @@ class StepBatch:
     copy_ops: list[CopyOp] = field(default_factory=list)  # in-pool copies, done before the forward
     swap_out: list[SwapOp] = field(default_factory=list)  # device -> host, before copy_ops
     swap_in: list[SwapOp] = field(default_factory=list)  # host -> device, before the forward
+    page_maps: int = 0  # physical page groups mapped since the last step (vattention)
+    page_unmaps: int = 0  # and unmapped
 
     @property
     def num_tokens(self) -> int:

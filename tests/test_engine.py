@@ -20,6 +20,7 @@ ALLOCATORS = [
     ("paged_prefix", {"block_size": 4}),
     ("radix", {"block_size": 1}),
     ("radix", {"block_size": 4}),
+    ("vattention", {"block_size": 4, "page_bytes": 64, "token_bytes": 4}),
 ]
 
 

@@ -189,12 +189,15 @@ class Scheduler:
                 budget -= sum(c.query_len for c in group_chunks)
                 seq_budget -= len(group_chunks)
 
+        page_maps, page_unmaps = self.allocator.take_page_ops()
         return StepBatch(
             chunks=chunks,
             block_size=self.allocator.block_size,
             copy_ops=self._copy_ops + self.allocator.take_copy_ops(),
             swap_out=self._swap_out,
             swap_in=self._swap_in,
+            page_maps=page_maps,
+            page_unmaps=page_unmaps,
         )
 
     def _admission_open(self) -> bool:

@@ -10,6 +10,7 @@ FFN columns) and all-reduces are added.
 
     overhead  = step_overhead_s + num_layers * layer_overhead_s + num_seqs * seq_overhead_s
         num_seqs  = sequences in the step's batch (host-side scheduling and input preparation)
+                + (page_maps + page_unmaps) * 2 * num_layers * VMM_CALL_S     [vattention only]
     forward   = max(dense_flops / (peak * eff_flops), weight_read_bytes / (bw * eff_bw))
                 + 2 * num_layers * all_reduce(num_tokens * hidden * dtype_bytes)      [n > 1]
         dense_flops       = 2 * linear_params * num_tokens + 2 * vocab * hidden * num_sampled
@@ -152,6 +153,13 @@ TIMING_KEYS = ("overhead_s", "forward_s", "attention_s", "sampling_s", "copy_s",
 
 
 # -- model geometry -----------------------------------------------------------------------
+# vAttention page (un)mapping: one CUDA virtual-memory driver call (cuMemMap + cuMemSetAccess,
+# or cuMemUnmap) per layer, K|V tensor and page group. An assumption of this harness, of the
+# order the vAttention paper (Prabhu et al., ASPLOS 2025, Sec. 5-6) reports for these calls
+# (tens of microseconds) and hides with a background thread; charged here serially, in the
+# step's overhead, so it is an upper bound on what a real deployment pays.
+VMM_CALL_S = 20e-6
+
 def _field(cfg, name: str, what: str):
     value = getattr(cfg, name, None)
     if value is None:
@@ -384,6 +392,8 @@ class StepSummary:
     copy_ops: int = 0
     swap_slots: int = 0
     swap_runs: int = 0  # runs of consecutive device slots over all swap ops
+    page_maps: int = 0  # vattention page groups mapped / unmapped (see VMM_CALL_S)
+    page_unmaps: int = 0
 
 
 def count_runs(slots) -> int:
@@ -422,6 +432,8 @@ def summarize(batch) -> StepSummary:
     if batch.copy_ops:
         s.copy_ops = len(batch.copy_ops)
         s.copy_slots = sum(op.length for op in batch.copy_ops)
+    s.page_maps = getattr(batch, "page_maps", 0)
+    s.page_unmaps = getattr(batch, "page_unmaps", 0)
     for op in batch.swap_out:
         s.swap_slots += len(op.slots)
         s.swap_runs += count_runs(op.slots)
@@ -470,6 +482,9 @@ def step_time(p: CostParams, s: StepSummary) -> dict[str, float]:
                 + s.swap_runs * p.segments_per_copy_op * p.host_transfer_latency_s)
 
     overhead = p.overhead_s + s.num_seqs * p.seq_overhead_s if (tokens or s.copy_ops or s.swap_slots) else 0.0
+    # one driver call per layer and K|V tensor for each page group, serialised with the step
+    vmm = (s.page_maps + s.page_unmaps) * 2 * p.num_layers * VMM_CALL_S
+    overhead += vmm
     return {
         "overhead_s": overhead,
         "forward_s": forward,
