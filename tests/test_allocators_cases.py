@@ -374,13 +374,14 @@ def test_prefix_fork_copy_on_write():
 # -- bad input and the registry -------------------------------------------------------------------
 @pytest.mark.parametrize("name", list(STRATEGIES))
 def test_bad_input_raises_one_clear_error(name):
+    small = dict(page_bytes=64, token_bytes=4) if name == "vattention" else {}  # 16-token pages
     with pytest.raises(AllocatorError, match="block_size must be a power of two >= 1, got 0"):
-        build(name, 64, block_size=0)
+        build(name, 64, block_size=0, **small)
     with pytest.raises(AllocatorError, match="power of two"):
-        build(name, 64, block_size=12)
+        build(name, 64, block_size=12, **small)
     with pytest.raises(AllocatorError, match="smaller than one block"):
-        build(name, 8, block_size=16)
-    a = build(name, 256, block_size=4)
+        build(name, 8, block_size=16, **small)
+    a = build(name, 256, block_size=4, **small)
     with pytest.raises(AllocatorError, match="max_len must be an integer >= 1, got -1"):
         a.admit(1, [1], -1)
     with pytest.raises(AllocatorError, match="final_len must be an integer >= 0"):
@@ -401,8 +402,8 @@ def test_bad_input_raises_one_clear_error(name):
 
 
 def test_registry_names_strategies_and_knobs():
-    assert set(STRATEGIES) == {"contiguous", "buddy", "paged", "paged_prefix"}
-    with pytest.raises(AllocatorError, match="unknown allocator 'slab'; allowed: contiguous, buddy, paged, paged_prefix"):
+    assert set(STRATEGIES) == {"contiguous", "buddy", "paged", "paged_prefix", "radix", "vattention"}
+    with pytest.raises(AllocatorError, match="unknown allocator 'slab'; allowed: contiguous, buddy, paged, paged_prefix, radix, vattention"):
         build("slab", 64)
     with pytest.raises(AllocatorError, match="allocator 'paged' has no knob reserve; allowed: block_size, debug"):
         build("paged", 64, reserve="max")
