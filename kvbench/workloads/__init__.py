@@ -22,7 +22,7 @@ from typing import Any
 
 from kvbench.requests import Request
 
-from . import alpaca, sharegpt, shared_prefix, synthetic
+from . import alpaca, multiturn, sharegpt, shared_prefix, synthetic, system_prompts
 from .common import (COMMON_DEFAULTS, CommonKnobs, Knobs, ModelLimits, PromptSet, Workload, WorkloadError,
                      arrival_times, length_stats)
 from .tokenizer import SMOLLM2, load_tokenizer
@@ -56,14 +56,14 @@ def _base_builder(name: str) -> tuple[str, Callable[..., PromptSet]]:
     return spec.name, spec.build
 
 
-def _shared_prefix_defaults() -> dict[str, Any]:
+def _shared_prefix_defaults(own: Mapping[str, Any] = shared_prefix.DEFAULTS) -> dict[str, Any]:
     """Its own knobs plus every base's (flat, so ``workload.prompt_len=...`` reaches the base)."""
     merged: dict[str, Any] = {}
     for spec in _BASES:
         for key, value in spec.defaults.items():
             assert merged.get(key, value) == value, f"bases disagree on the default of {key}"
             merged[key] = value
-    return {**shared_prefix.DEFAULTS, **merged}
+    return {**own, **merged}
 
 
 WORKLOADS: dict[str, WorkloadSpec] = {
@@ -71,6 +71,10 @@ WORKLOADS: dict[str, WorkloadSpec] = {
     "shared_prefix": WorkloadSpec(
         "shared_prefix", _shared_prefix_defaults(),
         shared_prefix.make_shared_prefix_builder(_base_builder, tuple(spec.name for spec in _BASES))),
+    "system_prompts": WorkloadSpec(
+        "system_prompts", _shared_prefix_defaults(system_prompts.DEFAULTS),
+        system_prompts.make_system_prompts_builder(_base_builder, tuple(spec.name for spec in _BASES))),
+    "multiturn": WorkloadSpec("multiturn", multiturn.DEFAULTS, multiturn.build_multiturn),
 }
 
 
@@ -115,10 +119,14 @@ def build_workload(cfg: Any, *, vocab_size: int, max_model_len: int, tokenizer_n
 
     arrivals = arrival_times(common)
     prompts = spec.build(knobs, common, len(arrivals), limits)
+    rows = list(zip(prompts.prompts, prompts.output_lens, arrivals))
+    if prompts.arrivals is not None:  # the builder timed its own requests: order them by arrival
+        rows = sorted(zip(prompts.prompts, prompts.output_lens, prompts.arrivals), key=lambda row: row[2])
+        arrivals = [row[2] for row in rows]
     requests = [
         Request(request_id=i, prompt_ids=prompt, output_len=int(output_len), arrival_s=float(arrival),
                 n=common.n, beam_width=common.beam_width)
-        for i, (prompt, output_len, arrival) in enumerate(zip(prompts.prompts, prompts.output_lens, arrivals))
+        for i, (prompt, output_len, arrival) in enumerate(rows)
     ]
     meta = {
         "workload": prompts.name,

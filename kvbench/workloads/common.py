@@ -49,6 +49,7 @@ class PromptSet:
     prompts: list[list[int]]
     output_lens: list[int]
     meta: dict[str, Any]
+    arrivals: list[float] | None = None  # the builder's own arrival times (multiturn); None = the common process
 
 
 # ---------------------------------------------------------------------------------------------
