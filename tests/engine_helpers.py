@@ -2,13 +2,18 @@
 
 It stores each new token id at its slot, performs copy ops and swaps on that pool, and checks
 that every sequence reads back exactly its own tokens through its block table, so the engine
-and allocators are tested together without a model.
+and allocators are tested together without a model. With ``context_seeded`` its samples are a
+function of the request, the sample and the tokens read back (as a greedy model's would be), so
+a request generates the same tokens alone or under load, preempted or not.
 """
 from __future__ import annotations
 
+import dataclasses
 import random
 
+from allocators import RESERVE_POLICIES, build
 from kvbench.batch import StepBatch, StepResult
+from kvbench.engine import Engine, SchedulerConfig
 from kvbench.requests import Request
 
 
@@ -16,7 +21,7 @@ class TokenPoolExecutor:
     needs_block_tables = True
 
     def __init__(self, num_slots: int, vocab_size: int = 1000, step_s: float = 1.0, seed: int = 0,
-                 lookup=None) -> None:
+                 lookup=None, context_seeded: bool = False) -> None:
         self.pool = [None] * num_slots
         self.host: dict[int, list] = {}
         self.rng = random.Random(seed)
@@ -24,6 +29,8 @@ class TokenPoolExecutor:
         self.step_s = step_s
         self.lookup = lookup  # seq_id -> Seq, to compare the pool with the engine's tokens
         self.batches: list[StepBatch] = []
+        self.context_seeded = context_seeded
+        self.seed = seed
 
     def execute(self, batch: StepBatch) -> StepResult:
         self.batches.append(batch)
@@ -48,12 +55,16 @@ class TokenPoolExecutor:
                 seen = [self.pool[chunk.block_table[p // bs] * bs + p % bs] for p in range(chunk.context_len)]
                 assert seen == seq.tokens[:chunk.context_len], f"seq {chunk.seq_id} reads wrong K/V"
             if chunk.sample:
-                next_tokens[chunk.seq_id] = self.rng.randrange(self.vocab_size)
+                rng = self.rng
+                if self.context_seeded:
+                    context = [self.pool[chunk.block_table[p // bs] * bs + p % bs] for p in range(chunk.context_len)]
+                    rng = random.Random(hash((self.seed, chunk.request_id, chunk.sample_index, tuple(context))))
+                next_tokens[chunk.seq_id] = rng.randrange(self.vocab_size)
                 if chunk.num_samples > 1:
-                    extra[chunk.seq_id] = [self.rng.randrange(self.vocab_size) for _ in range(chunk.num_samples - 1)]
+                    extra[chunk.seq_id] = [rng.randrange(self.vocab_size) for _ in range(chunk.num_samples - 1)]
                 if chunk.num_logprobs:
-                    tokens = self.rng.sample(range(self.vocab_size), chunk.num_logprobs)
-                    lps = sorted((-self.rng.random() * 5 for _ in tokens), reverse=True)
+                    tokens = rng.sample(range(self.vocab_size), chunk.num_logprobs)
+                    lps = sorted((-rng.random() * 5 for _ in tokens), reverse=True)
                     top[chunk.seq_id] = list(zip(tokens, lps))
         return StepResult(next_tokens, self.step_s, top_logprobs=top, extra_tokens=extra)
 
@@ -79,3 +90,57 @@ def seq_lookup(engine):
                     return seq
         raise KeyError(seq_id)
     return find
+
+
+# -- pressure checks: every request that fits an empty pool alone must finish under load -------
+ALLOCATOR_CONFIGS = (
+    [("contiguous", {"reserve": r}) for r in RESERVE_POLICIES]
+    + [("buddy", {"reserve": r}) for r in RESERVE_POLICIES]
+    + [("paged", {"block_size": 1}), ("paged", {"block_size": 4}), ("paged_prefix", {"block_size": 4})]
+)
+FRACTIONS = ["mem_token_frac", "mem_reserved_frac", "mem_internal_frac", "mem_external_frac"]
+
+
+def checked_run(name: str, knobs: dict, num_slots: int, requests: list[Request], *, max_model_len: int = 64,
+                block_size: int = 4, max_steps: int = 20000, **cfg):
+    """Run on the token pool (every sequence reads back its own tokens, allocator invariants on)
+    and check what holds for any run: every request ends finished or rejected with a reason,
+    finished ones hold all their outputs, the memory fractions of every step sum to 1."""
+    knobs = dict(knobs)
+    if name in ("contiguous", "buddy"):
+        knobs.setdefault("max_model_len", max_model_len)
+    knobs.setdefault("block_size", block_size)
+    allocator = build(name, num_slots, debug=True, **knobs)
+    executor = TokenPoolExecutor(num_slots, context_seeded=True)
+    engine = Engine(allocator, executor, SchedulerConfig(max_model_len=max_model_len, **cfg), max_steps=max_steps)
+    executor.lookup = seq_lookup(engine)
+    out = engine.run(requests)
+    assert out.summary["num_finished"] + out.summary["num_rejected"] == len(requests)
+    status = out.requests.set_index("request_id")
+    for request in requests:
+        row = status.loc[request.request_id]
+        if row["status"] == "finished":
+            samples = out.outputs[request.request_id]
+            assert len(samples) == max(request.n, request.beam_width)
+            assert all(len(s) == request.output_len for s in samples)
+        else:
+            assert row["status"] == "rejected" and row["reason"]
+    if len(out.steps):
+        assert (out.steps[FRACTIONS].sum(axis=1) - 1).abs().max() < 1e-9
+    assert not allocator.live_sequences()
+    return out
+
+
+def fits_alone(name: str, knobs: dict, num_slots: int, request: Request, **kw) -> bool:
+    """Whether the request finishes alone in an empty pool under the same configuration."""
+    alone = dataclasses.replace(request, arrival_s=0.0, prompt_ids=list(request.prompt_ids))
+    out = checked_run(name, knobs, num_slots, [alone], **kw)
+    return out.summary["num_finished"] == 1
+
+
+def lost_requests(name: str, knobs: dict, num_slots: int, requests: list[Request], **kw) -> list[int]:
+    """Requests that fit alone yet were rejected under load (the pressure invariant: none)."""
+    out = checked_run(name, knobs, num_slots, requests, **kw)
+    status = out.requests.set_index("request_id")["status"]
+    return [r.request_id for r in requests
+            if status.loc[r.request_id] != "finished" and fits_alone(name, knobs, num_slots, r, **kw)]

@@ -178,9 +178,11 @@ class Engine:
             seq.num_generated += 1
             if not group.forked:
                 group.forked = True
-                if output_len > 1:  # one-token answers need no K/V for their extra samples
-                    for extra in result.extra_tokens.get(seq.seq_id, ()):
+                for extra in result.extra_tokens.get(seq.seq_id, ()):
+                    if output_len > 1:
                         self.scheduler.add_pending_fork(group, seq, extra, 0.0)
+                    else:  # a one-token answer is done: its extra samples need no K/V
+                        group.final_beams.append((0.0, seq.tokens[:-1] + [extra]))
                 break
 
     def _beam_step(self, group: Group, result: StepResult) -> None:
@@ -224,4 +226,5 @@ class Engine:
         if group.is_beam:  # ranked by cumulative log-probability (all have the output length: no length penalty)
             hypotheses = [(s.cum_logprob, s.tokens) for s in group.seqs] + group.final_beams
             return [tokens[prompt_len:] for _, tokens in sorted(hypotheses, key=lambda h: -h[0])]
-        return [s.tokens[prompt_len:] for s in sorted(group.seqs, key=lambda s: s.sample_index)]
+        samples = [s.tokens for s in sorted(group.seqs, key=lambda s: s.sample_index)]
+        return [tokens[prompt_len:] for tokens in samples + [tokens for _, tokens in group.final_beams]]

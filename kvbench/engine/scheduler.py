@@ -160,9 +160,12 @@ class Scheduler:
             seq_budget -= len(group_chunks)
             i += 1
 
-        if not self._preempted_now:
+        closed = self._preempted_now or self._exclusive_running()
+        if not closed:
             while self.swapped:
                 group = self.swapped[0]
+                if group.exclusive and self.running:
+                    break
                 group_chunks = self._bring_back(group, budget, seq_budget, dict(self.host_tokens))
                 if group_chunks is None:
                     break
@@ -171,10 +174,15 @@ class Scheduler:
                 chunks.extend(group_chunks)
                 budget -= sum(c.query_len for c in group_chunks)
                 seq_budget -= len(group_chunks)
+                if group.exclusive:
+                    closed = True
+                    break
 
-        if not self._preempted_now and not self.swapped and self._admission_open():
-            while self.waiting and budget > 0 and seq_budget >= len(self.waiting[0].seqs):
+        if not closed and not self.swapped and self._admission_open():
+            while self.waiting and budget > 0 and seq_budget > 0:  # a group comes back as one sequence, then forks
                 group = self.waiting[0]
+                if group.exclusive and self.running:
+                    break
                 pending = sum(s.pending for s in group.seqs)
                 if not self._may_chunk(group) and pending > budget:
                     break
@@ -188,6 +196,8 @@ class Scheduler:
                 chunks.extend(group_chunks)
                 budget -= sum(c.query_len for c in group_chunks)
                 seq_budget -= len(group_chunks)
+                if group.exclusive:
+                    break
 
         page_maps, page_unmaps = self.allocator.take_page_ops()
         return StepBatch(
@@ -367,15 +377,29 @@ class Scheduler:
             self.waiting.appendleft(group)
 
     def _stuck_alone(self, group: Group) -> bool:
-        """Out of memory with no other group running: True the second time in a row without a
-        new token in between (coming back into the empty pool did not help), so it never fits."""
+        """Out of memory with no other group running. The first time, the group is preempted and
+        comes back with the pool to itself (``exclusive``: it waits for an empty pool and nothing
+        joins it until it has a new token), which undoes any fragmentation others left; out of
+        memory again before a new token, it can never fit: True."""
         if len(self.running) > 1:
             return False
         progress = sum(s.num_generated for s in group.seqs)
-        if group.alone_oom_at == progress:
+        if group.exclusive and group.alone_oom_at == progress:
             return True
         group.alone_oom_at = progress
+        group.exclusive = True
         return False
+
+    def _exclusive_running(self) -> bool:
+        """A group brought back with the pool to itself still runs without a new token."""
+        busy = False
+        for group in self.running:
+            if group.exclusive:
+                if sum(s.num_generated for s in group.seqs) > (group.alone_oom_at or 0):
+                    group.exclusive = False
+                else:
+                    busy = True
+        return busy
 
     def _reject_running(self, group: Group) -> None:
         for seq in group.seqs:
@@ -410,7 +434,7 @@ class Scheduler:
         seqs, forks = list(group.seqs), list(self._pending_forks.get(group.request_id, ()))
         computed = {s.seq_id: s.num_computed for s in seqs}
         swap_mark, copy_mark, swapped_slots = len(self._swap_in), len(self._copy_ops), self.num_swapped_in_slots
-        fit = self._restore(group, host)
+        fit, valid = self._restore(group, host)
         if fit is Fit.NEVER:
             if host is not None:
                 self.swapped.popleft()
@@ -436,17 +460,19 @@ class Scheduler:
             else:
                 self._pending_forks.pop(group.request_id, None)
             return None
+        if host:  # after the chunks: a copy-on-write they made must not read a slot swapped in now
+            self._queue_swap_in(group.seqs, host, valid)
         group.status = GroupStatus.RUNNING
         self._insert_running(group)
         return chunks
 
-    def _restore(self, group: Group, host: dict[int, int] | None) -> Fit:
+    def _restore(self, group: Group, host: dict[int, int] | None) -> tuple[Fit, dict[int, int]]:
         """Admit a group (new, preempted by recompute, or swapped out: ``host`` maps seq_id to the
-        tokens held in the host pool) with its sharing, all or nothing.
+        tokens held in the host pool) with its sharing, all or nothing; also returns, per
+        sequence, how many of its first positions the pool already holds (prefix hits).
 
         The fork tree's root is admitted with all its tokens; a fork whose point is already in
-        the pool is made now (swap-in), any other once its parent has computed that far. Host
-        tokens are swapped in, each slot once.
+        the pool is made now (swap-in), any other once its parent has computed that far.
         """
         alloc = self.allocator
         output_len = group.request.output_len
@@ -471,13 +497,11 @@ class Scheduler:
             alloc.take_copy_ops()
             for seq in group.seqs:
                 seq.num_computed = saved[seq.seq_id]
-            return fit
+            return fit, valid
         group.seqs = live
         if deferred:
             self._pending_forks.setdefault(group.request_id, []).extend(deferred)
-        if host:
-            self._queue_swap_in(live, host, valid)
-        return Fit.OK
+        return Fit.OK, valid
 
     def _admit_alone(self, group: Group, seq: Seq, live: list[Seq], valid: dict[int, int]) -> Fit:
         admission = self.allocator.admit(seq.seq_id, seq.tokens, self.cfg.max_model_len, group.kv_final_len)
@@ -522,21 +546,21 @@ class Scheduler:
                 raise _OutOfMemory
             seq.num_computed = stop
 
-    def _queue_swap_in(self, live: list[Seq], host: dict[int, int], valid: dict[int, int]) -> None:
-        """Swap each restored slot in once, parents first; drop the copies the rebuild queued
-        (their sources are only written by these swap-ins)."""
+    def _queue_swap_in(self, seqs: list[Seq], host: dict[int, int], valid: dict[int, int]) -> None:
+        """Swap the host tokens of a restored group in, each slot once, parents first, into the
+        slots its sequences hold now; drop the copies queued into those slots (the rebuild's
+        forks and copy-on-writes: their sources are only written by these swap-ins)."""
         covered: set[int] = set()
-        for seq in live:
-            slots = self._slots_of(seq, 0, seq.num_computed)
-            covered.update(slots[:valid.get(seq.seq_id, 0)])
-            start = next((p for p, slot in enumerate(slots) if slot not in covered), len(slots))
-            if start == len(slots):
+        for seq in seqs:
+            held, hits = host.get(seq.seq_id, 0), valid.get(seq.seq_id, 0)
+            slots = self._slots_of(seq, 0, max(held, hits))
+            covered.update(slots[:hits])
+            start = next((p for p in range(held) if slots[p] not in covered), held)
+            if start == held:
                 continue
-            if seq.num_computed > host.get(seq.seq_id, 0):
-                raise RuntimeError(f"seq {seq.seq_id}: positions [{start}, {seq.num_computed}) have no source")
-            self._swap_in.append(SwapOp(seq.seq_id, slots[start:], offset=start))
-            self.num_swapped_in_slots += len(slots) - start
-            covered.update(slots[start:])
+            self._swap_in.append(SwapOp(seq.seq_id, slots[start:held], offset=start))
+            self.num_swapped_in_slots += held - start
+            covered.update(slots[start:held])
         for op in self.allocator.take_copy_ops():
             if any(op.dst + i not in covered for i in range(op.length)):
                 self._copy_ops.append(op)

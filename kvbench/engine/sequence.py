@@ -44,9 +44,10 @@ class Group:
     finish_s: float | None = None
     num_preemptions: int = 0
     alone_oom_at: int | None = None  # tokens generated when it last ran out of memory alone in the pool
+    exclusive: bool = False  # comes back with the pool to itself (after running out of memory alone)
     reject_reason: str = ""
     best_tokens: list[int] = field(default_factory=list)
-    final_beams: list[tuple[float, list[int]]] = field(default_factory=list)  # (score, tokens) ended without K/V
+    final_beams: list[tuple[float, list[int]]] = field(default_factory=list)  # (score, tokens) ended without K/V (beams; samples of one-token answers)
 
     @property
     def request_id(self) -> int:

@@ -1,0 +1,58 @@
+"""Engine invariant fuzzer over random configurations: allocator and reserve policy, block size,
+pool size, arrival rate, parallel samples, beams, preemption mode, swap space, chunking and
+batch limits. Every case must run without an error, end every request finished or rejected
+with a reason, keep the memory fractions summing to 1, let every sequence read back its own
+tokens (token-pool executor) and finish every request that fits the empty pool alone.
+
+A fast subset runs in ``make test``; the full sweep in ``make test-slow``.
+"""
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from tests.engine_helpers import ALLOCATOR_CONFIGS, checked_run, lost_requests, make_requests
+
+
+def random_case(seed: int) -> dict:
+    """One random engine configuration and workload (all plain values, so a failure prints it)."""
+    rng = random.Random(seed)
+    name, knobs = rng.choice(ALLOCATOR_CONFIGS)
+    knobs = dict(knobs)
+    knobs["block_size"] = rng.choice([1, 2, 4, 8, 16] if name.startswith("paged") else [1, 2, 4, 8])
+    max_model_len = rng.choice([32, 48, 64])
+    num_slots = max(knobs["block_size"], rng.randint(max_model_len // 2, 4 * max_model_len))
+    gap = rng.choice([0.0, 0.1, 0.5, 2.0])
+    specs = []
+    for i in range(rng.randint(4, 12)):
+        kind = rng.choice(["single", "single", "n", "beam"])
+        width = rng.randint(2, 4)
+        specs.append((rng.randint(1, max_model_len // 2), rng.randint(1, max_model_len // 2), round(gap * i, 3),
+                      width if kind == "n" else 1, width if kind == "beam" else 1))
+    cfg = {
+        "max_model_len": max_model_len,
+        "preemption": rng.choice(["recompute", "swap"]),
+        "swap_slots": rng.choice([0, 16, 64, 512]),
+        "chunked_prefill": rng.random() < 0.7,
+        "max_num_batched_tokens": rng.choice([8, 16, 32, 64]),
+        "max_num_seqs": rng.choice([2, 4, 8, 256]),
+    }
+    return {"name": name, "knobs": knobs, "num_slots": num_slots, "specs": specs, "cfg": cfg, "seed": seed}
+
+
+def check_case(case: dict) -> None:
+    requests = make_requests(case["specs"], seed=case["seed"])
+    lost = lost_requests(case["name"], case["knobs"], case["num_slots"], requests, **case["cfg"])
+    assert lost == [], f"requests {lost} fit alone but were rejected under load: {case}"
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_engine_invariants_on_random_configs_fast(seed):
+    check_case(random_case(seed))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", range(20, 420))
+def test_engine_invariants_on_random_configs(seed):
+    check_case(random_case(seed))
