@@ -199,9 +199,10 @@ class PagedPrefixAllocator(PagedAllocator):
 
     def _child_of(self, parent: _PagedSeq) -> _PagedSeq:
         assert isinstance(parent, _PrefixSeq)
+        # the child shares the parent's computed tokens only: ids past them are the parent's future
         return _PrefixSeq(
             list(parent.table), parent.num_tokens, parent.prompt_len, parent.max_len,
-            list(parent.token_ids), list(parent.hashes), parent.hashable,
+            parent.token_ids[:parent.num_tokens], list(parent.hashes), parent.hashable,
         )
 
     # -- views -------------------------------------------------------------------------------

@@ -316,8 +316,10 @@ class RadixAllocator(PagedAllocator):
 
     def _child_of(self, parent: _PagedSeq) -> _PagedSeq:
         assert isinstance(parent, _RadixSeq)
+        # the child shares the parent's computed tokens only: ids past them are the parent's future
         return _RadixSeq(list(parent.table), parent.num_tokens, parent.prompt_len, parent.max_len,
-                         list(parent.token_ids), parent.ids_known, parent.computed, parent.inserted_pages)
+                         parent.token_ids[:parent.num_tokens], parent.ids_known, parent.computed,
+                         parent.inserted_pages)
 
     # -- views -----------------------------------------------------------------------------------
     def usage(self, final_lens: Mapping[int, int]) -> MemoryUsage:

@@ -96,9 +96,10 @@ def seq_lookup(engine):
 ALLOCATOR_CONFIGS = (
     [("contiguous", {"reserve": r}) for r in RESERVE_POLICIES]
     + [("buddy", {"reserve": r}) for r in RESERVE_POLICIES]
-    + [("paged", {"block_size": 1}), ("paged", {"block_size": 4}), ("paged_prefix", {"block_size": 4})]
+    + [("paged", {"block_size": 1}), ("paged", {"block_size": 4}), ("paged_prefix", {"block_size": 4}),
+       ("radix", {"block_size": 4})]
 )
-FRACTIONS = ["mem_token_frac", "mem_reserved_frac", "mem_internal_frac", "mem_external_frac"]
+FRACTIONS = ["mem_token_frac", "mem_reserved_frac", "mem_internal_frac", "mem_external_frac", "mem_cached_frac"]
 
 
 def checked_run(name: str, knobs: dict, num_slots: int, requests: list[Request], *, max_model_len: int = 64,
@@ -126,7 +127,7 @@ def checked_run(name: str, knobs: dict, num_slots: int, requests: list[Request],
         else:
             assert row["status"] == "rejected" and row["reason"]
     if len(out.steps):
-        assert (out.steps[FRACTIONS].sum(axis=1) - 1).abs().max() < 1e-9
+        assert (out.steps[FRACTIONS].fillna(0.0).sum(axis=1) - 1).abs().max() < 1e-9
     assert not allocator.live_sequences()
     return out
 

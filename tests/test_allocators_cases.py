@@ -449,3 +449,19 @@ def test_prefix_fork_before_commit_hashes_once_at_commit():
     a.free(3)
     a.commit()
     assert a.admit(4, P10, 64).num_cached_tokens == 8
+
+
+@pytest.mark.parametrize("name", ["paged_prefix", "radix"])
+def test_prefix_fork_inside_the_prompt_does_not_inherit_the_parents_future_ids(name):
+    # a restored group forks a child from a parent admitted with more prompt than it has computed
+    a = build(name, 48, block_size=4, debug=True)
+    assert a.admit(1, P10, 64).ok
+    a.grow(1, 5, P10[:5])
+    a.commit()
+    assert a.fork(1, 2)
+    a.grow(2, 4, [7, 7, 7, 7])  # the child's own tokens at positions 5..8
+    a.commit()
+    a.free(2)
+    a.free(1)
+    assert a.admit(3, P10, 64).num_cached_tokens == 4  # block 1 never held P10[4:8]
+    assert a.admit(4, P10[:5] + [7, 7, 7, 0], 64).num_cached_tokens == 8

@@ -20,7 +20,7 @@ def random_case(seed: int) -> dict:
     rng = random.Random(seed)
     name, knobs = rng.choice(ALLOCATOR_CONFIGS)
     knobs = dict(knobs)
-    knobs["block_size"] = rng.choice([1, 2, 4, 8, 16] if name.startswith("paged") else [1, 2, 4, 8])
+    knobs["block_size"] = rng.choice([1, 2, 4, 8] if name in ("contiguous", "buddy") else [1, 2, 4, 8, 16])
     max_model_len = rng.choice([32, 48, 64])
     num_slots = max(knobs["block_size"], rng.randint(max_model_len // 2, 4 * max_model_len))
     gap = rng.choice([0.0, 0.1, 0.5, 2.0])
