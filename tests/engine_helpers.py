@@ -97,7 +97,7 @@ ALLOCATOR_CONFIGS = (
     [("contiguous", {"reserve": r}) for r in RESERVE_POLICIES]
     + [("buddy", {"reserve": r}) for r in RESERVE_POLICIES]
     + [("paged", {"block_size": 1}), ("paged", {"block_size": 4}), ("paged_prefix", {"block_size": 4}),
-       ("radix", {"block_size": 4})]
+       ("radix", {"block_size": 4}), ("vattention", {"block_size": 4, "page_bytes": 64, "token_bytes": 4})]
 )
 FRACTIONS = ["mem_token_frac", "mem_reserved_frac", "mem_internal_frac", "mem_external_frac", "mem_cached_frac"]
 

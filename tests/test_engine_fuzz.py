@@ -21,8 +21,13 @@ def random_case(seed: int) -> dict:
     name, knobs = rng.choice(ALLOCATOR_CONFIGS)
     knobs = dict(knobs)
     knobs["block_size"] = rng.choice([1, 2, 4, 8] if name in ("contiguous", "buddy") else [1, 2, 4, 8, 16])
+    if name == "vattention":  # pages of 1 to 4 blocks
+        knobs["page_bytes"] = knobs["token_bytes"] * knobs["block_size"] * rng.choice([1, 2, 4])
     max_model_len = rng.choice([32, 48, 64])
     num_slots = max(knobs["block_size"], rng.randint(max_model_len // 2, 4 * max_model_len))
+    if name == "vattention":
+        knobs["reclaim"] = rng.choice(["unmap", "pool"])
+        num_slots = max(num_slots, knobs["page_bytes"] // knobs["token_bytes"])
     gap = rng.choice([0.0, 0.1, 0.5, 2.0])
     specs = []
     for i in range(rng.randint(4, 12)):

@@ -12,7 +12,7 @@ import pytest
 
 from tests.engine_helpers import ALLOCATOR_CONFIGS, checked_run, fits_alone, make_requests
 
-POOL_SLOTS = {"contiguous": 96, "buddy": 96, "paged": 48, "paged_prefix": 48, "radix": 48}  # regions reserve more
+POOL_SLOTS = {"contiguous": 96, "buddy": 96, "paged": 48, "paged_prefix": 48, "radix": 48, "vattention": 64}  # regions reserve more
 LIMITS = {"max_model_len": 32, "max_num_batched_tokens": 32}
 
 
