@@ -44,6 +44,8 @@ ALLOCATORS = [
     ("paged", {"block_size": 1}),
     ("paged", {"block_size": 16}),
     ("paged_prefix", {"block_size": 16}),
+    ("radix", {"block_size": 1}),
+    ("vattention", {"block_size": 4, "page_bytes": 64, "token_bytes": 4}),  # 16-token pages
 ]
 
 
@@ -182,7 +184,9 @@ def test_prefix_sharing_gives_the_same_tokens_and_counts_hits(engine_models, ref
     requests = [Request(i, system + rng.integers(0, 256, 3 + 4 * i).tolist(), 6 + i, 0.5 * i) for i in range(5)]
     plain, _ = run("tiny-llama", engine_models, requests, "paged", {"block_size": 8})
     shared, _ = run("tiny-llama", engine_models, requests, "paged_prefix", {"block_size": 8})
-    assert greedy(shared) == greedy(plain) == reference("tiny-llama", requests)
+    radix, _ = run("tiny-llama", engine_models, requests, "radix", {"block_size": 1})
+    assert greedy(shared) == greedy(plain) == greedy(radix) == reference("tiny-llama", requests)
+    assert radix.summary["prefix_hit_rate"] > shared.summary["prefix_hit_rate"]  # token-granular: all 37
     assert plain.summary["prefix_hit_rate"] in (None, 0.0) or math.isnan(plain.summary["prefix_hit_rate"])
     assert shared.summary["prefix_hit_rate"] > 0.5  # 32 of 37 shared tokens are whole blocks
 
