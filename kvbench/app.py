@@ -114,7 +114,8 @@ def _identity(cfg: DictConfig, prep: Prepared, run_id: str) -> dict:
         "experiment": str(cfg.experiment_name),
         "allocator": str(alloc.name),
         "reserve": alloc.get("reserve"),
-        "block_size": int(alloc.block_size) if alloc.get("block_size") is not None else None,
+        "block_size": int(alloc.block_size) if alloc.get("block_size") is not None else (
+            prep.allocator.block_size if alloc.name == "vattention" else None),  # vattention: auto
         "backend": str(cfg.backend.name),
         "device": prep.device,
         "gpu_profile": prep.gpu_profile,
@@ -199,7 +200,11 @@ def _extras(cfg: DictConfig, prep: Prepared, out) -> dict:
         "swap_out_slots": out.swap_out_slots,  # K/V slots copied to / from the host pool
         "swap_in_slots": out.swap_in_slots,
         "mean_step_s": float(steps["step_s"].mean()) if len(steps) else None,
+        "page_bytes": cfg.allocator.get("page_bytes"),
     }
+    stats = prep.allocator.stats()  # strategy counters over the run (None where they do not apply)
+    for key in ("tokens_per_page", "page_maps", "page_unmaps", "evictions"):
+        extras[key] = stats.get(key)
     for key in ("attention_s", "forward_s", "sampling_s", "copy_s", "swap_s", "schedule_s"):
         total = float(steps[key].sum()) if key in steps and len(steps) else float("nan")
         extras[f"{key}_per_token"] = total / generated if generated and total == total else None

@@ -9,3 +9,6 @@ FIGURES: tuple[str, ...] = (
     "memory_breakdown", "batch_size", "latency_vs_rate", "sharing",
     "block_size", "memory_pressure", "memory_map", "token_time",
 )  # fmt: skip
+
+# Beyond the paper (results/beyond): the allocators that came after PagedAttention.
+BEYOND_FIGURES: tuple[str, ...] = ("allocators_2025", "vattention_pages", "radix_multiturn")

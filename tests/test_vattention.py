@@ -19,7 +19,9 @@ def test_tokens_per_page_follow_the_model_geometry():
     assert VAttentionAllocator(1 << 16, page_bytes=2 << 20, token_bytes=2048).tokens_per_page == 1024
     assert VAttentionAllocator(1 << 16, page_bytes=64 << 10, token_bytes=2048).tokens_per_page == 32
     with pytest.raises(AllocatorError, match="204.8 tokens"):  # OPT-13B: 40 heads x 128 x 2 bytes
-        VAttentionAllocator(1 << 16, page_bytes=2 << 20, token_bytes=10240)
+        VAttentionAllocator(1 << 16, block_size=16, page_bytes=2 << 20, token_bytes=10240)
+    opt = VAttentionAllocator(1 << 16, page_bytes=2 << 20, token_bytes=10240)  # auto block size
+    assert (opt.tokens_per_page, opt.block_size) == (204, 4)
 
 
 def test_pages_map_on_demand_and_the_last_page_is_internal_waste():
