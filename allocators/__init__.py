@@ -7,7 +7,7 @@
     paged         PagedAllocator(num_slots, block_size=16, debug=False)
     paged_prefix  PagedPrefixAllocator(num_slots, block_size=16, debug=False)
     radix         RadixAllocator(num_slots, block_size=16, insert_running=True, debug=False)
-    vattention    VAttentionAllocator(num_slots, block_size=16, page_bytes=2 MiB, token_bytes=2048, reclaim="unmap", debug=False)
+    vattention    VAttentionAllocator(num_slots, block_size=None (auto), page_bytes=2 MiB, token_bytes=2048, reclaim="unmap", debug=False)
 
 block_size is a power of two for every strategy. ``stats()`` keys, all strategies:
 ``prefix_hit_rate``, ``prefix_queries``, ``prefix_hits`` (None unless paged_prefix or radix),

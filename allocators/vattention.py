@@ -14,6 +14,10 @@ unmapped together); the slots after the last whole group can never be mapped (ex
 block table lists every block of every mapped page in token order; inside a page the blocks
 are consecutive, which is the virtual contiguity the kernel relies on.
 
+``block_size`` (the block table's granularity, inside a page) defaults to the largest power of
+two up to 16 dividing ``tokens_per_page`` (OPT-13B, 10 KiB per token and tensor: 6, 25 and 204
+tokens per 64 KiB, 256 KiB and 2 MiB page, so blocks of 2, 1 and 4).
+
 * ``admit`` maps pages for the whole prompt (LATER when too few are free; NEVER when the
   prompt needs more than the pool has). ``grow`` maps a page when a token lands past the last.
 * ``fork`` cannot share: the child gets its own range and pages for the parent's tokens and
@@ -64,14 +68,16 @@ class VAttentionAllocator(Allocator):
 
     name = "vattention"
 
-    def __init__(self, num_slots: int, block_size: int = 16, page_bytes: int = 2 * MIB,
+    def __init__(self, num_slots: int, block_size: int | None = None, page_bytes: int = 2 * MIB,
                  token_bytes: int = 2048, reclaim: str = "unmap", debug: bool = False) -> None:
-        self.block_size = check_block_size(block_size, num_slots)
         check_length("page_bytes", page_bytes, 1)
         check_length("token_bytes", token_bytes, 1)
         if reclaim not in RECLAIM:
             raise AllocatorError(f"reclaim must be one of {', '.join(RECLAIM)}, got {reclaim!r}")
         tokens = page_bytes // token_bytes
+        if block_size is None:  # the largest power of two, at most 16, that divides a page
+            block_size = min(16, tokens & -tokens) if tokens else 1
+        self.block_size = check_block_size(block_size, num_slots)
         if tokens < block_size or tokens % block_size:
             raise AllocatorError(f"a page of {page_bytes} bytes holds {page_bytes / token_bytes:g} tokens of "
                                  f"{token_bytes} bytes: not a whole number of blocks of {block_size}")
