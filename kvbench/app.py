@@ -122,7 +122,7 @@ def _identity(cfg: DictConfig, prep: Prepared, run_id: str) -> dict:
         "model": str(cfg.model.name),
         "workload": prep.workload.name,
         "request_rate": float(prep.workload.request_rate),
-        "num_requests": len(prep.workload.requests),
+        "num_requests": prep.workload.meta.get("num_turns", len(prep.workload.requests)),  # multiturn: turns
         "kv_slots": prep.num_slots,
         "kv_bytes": prep.kv_bytes,
         "seed": int(cfg.seed),

@@ -5,6 +5,18 @@ from dataclasses import dataclass
 
 
 @dataclass(slots=True)
+class FollowUp:
+    """The next turn of a conversation: the engine releases it ``think_s`` after the previous
+    turn finishes, its prompt being that turn's prompt + generated tokens + ``user_ids``."""
+
+    request_id: int
+    user_ids: list[int]
+    output_len: int
+    think_s: float
+    next: FollowUp | None = None
+
+
+@dataclass(slots=True)
 class Request:
     """One client request. The engine generates exactly ``output_len`` tokens (EOS ignored)."""
 
@@ -14,6 +26,7 @@ class Request:
     arrival_s: float = 0.0
     n: int = 1  # parallel samples
     beam_width: int = 1  # beam search width (1 = no beam search)
+    follow_up: FollowUp | None = None  # the conversation's next turn (multi-turn chat)
 
     @property
     def prompt_len(self) -> int:

@@ -15,7 +15,8 @@ def build(max_model_len: int = 2048, **cfg):
 
 
 def test_each_turn_starts_with_the_previous_prompt_and_reply():
-    w = build(name="multiturn", num_requests=60, request_rate=0.5, think_time_dist="fixed", think_time_s=3.0)
+    w = build(name="multiturn", num_requests=60, request_rate=0.5, think_time_dist="fixed", think_time_s=3.0,
+              dependent=False)
     reqs = w.requests
     assert len(reqs) == 60 and [r.request_id for r in reqs] == list(range(60))
     assert all(a.arrival_s <= b.arrival_s for a, b in zip(reqs, reqs[1:]))
@@ -37,6 +38,20 @@ def test_conversations_end_where_they_no_longer_fit_the_model():
     assert all(r.prompt_len + r.output_len <= 512 for r in w.requests)
     assert max(len(c) for c in load_turns()) > 8  # the table has long chats; max_turns cuts them
     assert build(name="multiturn", num_requests=50, max_turns=1).meta["mean_turns"] == 1.0
+
+
+def test_dependent_turns_ride_on_their_first_turn_with_fresh_ids():
+    w = build(name="multiturn", num_requests=60, request_rate=0.5)
+    chains = []
+    for r in w.requests:
+        follow, chain = r.follow_up, []
+        while follow is not None:
+            chain.append(follow)
+            follow = follow.next
+        chains.append(chain)
+    ids = [r.request_id for r in w.requests] + [f.request_id for c in chains for f in c]
+    assert sorted(ids) == list(range(60)) and w.meta["num_turns"] == 60
+    assert len(w.requests) == w.meta["conversations"] < 60 and any(chains)
 
 
 def test_multiturn_bad_knobs_fail_in_one_line():

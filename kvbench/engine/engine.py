@@ -5,6 +5,7 @@ modelled time for ``sim``) and jumps to the next arrival when the engine is idle
 """
 from __future__ import annotations
 
+import bisect
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -16,7 +17,7 @@ from kvbench.batch import StepBatch, StepResult
 from kvbench.engine.recorder import Recorder, requests_frame, summarize
 from kvbench.engine.scheduler import Scheduler, SchedulerConfig
 from kvbench.engine.sequence import Group, GroupStatus, Seq
-from kvbench.requests import Request
+from kvbench.requests import FollowUp, Request
 
 
 @dataclass
@@ -43,6 +44,7 @@ class Engine:
         self.cfg = cfg
         self.max_steps = max_steps
         self.progress = progress
+        self._released: list[Request] = []
         self.scheduler = scheduler_cls(cfg, allocator, need_block_tables=getattr(executor, "needs_block_tables", True))
 
     def run(self, requests: list[Request]) -> EngineOutput:
@@ -95,6 +97,9 @@ class Engine:
             now += result.duration_s
             t1 = time.perf_counter()
             finished += self._process(batch, result, now)
+            for request in self._released:  # next turns of finished conversations, in arrival order
+                bisect.insort(pending, request, lo=next_arrival, key=lambda r: (r.arrival_s, r.request_id))
+            self._released.clear()
             schedule_s += time.perf_counter() - t1
             recorder.step(index=step, start_s=start, batch=batch, result=result, usage=usage,
                           logical_slots=logical, num_running=len(sched.running),
@@ -166,6 +171,8 @@ class Engine:
                 group.best_tokens = max(group.seqs, key=lambda s: s.cum_logprob).tokens
                 self.scheduler.finish(group, now)
                 finished += 1
+                if group.request.follow_up is not None:
+                    self._released.append(next_turn(group.request, group.best_tokens, now))
         return finished
 
     def _sample_step(self, group: Group, result: StepResult) -> None:
@@ -228,3 +235,10 @@ class Engine:
             return [tokens[prompt_len:] for _, tokens in sorted(hypotheses, key=lambda h: -h[0])]
         samples = [s.tokens for s in sorted(group.seqs, key=lambda s: s.sample_index)]
         return [tokens[prompt_len:] for tokens in samples + [tokens for _, tokens in group.final_beams]]
+
+
+def next_turn(request: Request, tokens: list[int], now: float) -> Request:
+    """The conversation's next turn: this turn's prompt and generated tokens, then the user's."""
+    follow: FollowUp = request.follow_up
+    return Request(follow.request_id, tokens + follow.user_ids, follow.output_len, now + follow.think_s,
+                   request.n, request.beam_width, follow.next)

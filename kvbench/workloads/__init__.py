@@ -119,15 +119,22 @@ def build_workload(cfg: Any, *, vocab_size: int, max_model_len: int, tokenizer_n
 
     arrivals = arrival_times(common)
     prompts = spec.build(knobs, common, len(arrivals), limits)
-    rows = list(zip(prompts.prompts, prompts.output_lens, arrivals))
+    follow_ups = prompts.follow_ups or [None] * len(prompts.prompts)
+    rows = list(zip(prompts.prompts, prompts.output_lens, arrivals, follow_ups))
     if prompts.arrivals is not None:  # the builder timed its own requests: order them by arrival
-        rows = sorted(zip(prompts.prompts, prompts.output_lens, prompts.arrivals), key=lambda row: row[2])
+        rows = sorted(zip(prompts.prompts, prompts.output_lens, prompts.arrivals, follow_ups), key=lambda row: row[2])
         arrivals = [row[2] for row in rows]
     requests = [
         Request(request_id=i, prompt_ids=prompt, output_len=int(output_len), arrival_s=float(arrival),
-                n=common.n, beam_width=common.beam_width)
-        for i, (prompt, output_len, arrival) in enumerate(rows)
+                n=common.n, beam_width=common.beam_width, follow_up=follow)
+        for i, (prompt, output_len, arrival, follow) in enumerate(rows)
     ]
+    next_id = len(requests)  # follow-up turns are numbered after every first turn
+    for request in requests:
+        follow = request.follow_up
+        while follow is not None:
+            follow.request_id, next_id = next_id, next_id + 1
+            follow = follow.next
     meta = {
         "workload": prompts.name,
         "config_name": spec.name,

@@ -50,6 +50,7 @@ class PromptSet:
     output_lens: list[int]
     meta: dict[str, Any]
     arrivals: list[float] | None = None  # the builder's own arrival times (multiturn); None = the common process
+    follow_ups: list | None = None  # per prompt, its conversation's next turns (kvbench.requests.FollowUp chain)
 
 
 # ---------------------------------------------------------------------------------------------
