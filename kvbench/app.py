@@ -102,7 +102,9 @@ def prepare(cfg: DictConfig) -> Prepared:
         from kvbench.executors.hf import HFExecutor
 
         executor = HFExecutor(cfg.model, cfg.engine, num_slots=num_slots, block_size=allocator.block_size,
-                              device=device, seed=int(cfg.seed), backend_cfg=cfg.backend)
+                              device=device, seed=int(cfg.seed), backend_cfg=cfg.backend, gpu_cfg=cfg.gpu)
+        if executor.cost is not None:
+            gpu_profile = str(cfg.gpu.name)  # the profile that times the steps
     return Prepared(geometry, num_slots * geometry.bytes_per_slot, num_slots, allocator, workload,
                     executor, device, gpu_profile)
 
@@ -196,6 +198,8 @@ def _extras(cfg: DictConfig, prep: Prepared, out) -> dict:
         "max_num_batched_tokens": int(eng.max_num_batched_tokens),
         "attention": getattr(getattr(prep.executor, "ops", None), "name", None),  # resolved (hf only)
         "gpu_count": int(cfg.gpu.get("count", 1)) if cfg.backend.name == "sim" else None,
+        # step times: measured (wall) or the cost model's (virtual; always so on sim)
+        "clock": str(eng.get("clock", "wall")) if cfg.backend.name == "hf" else "virtual",
         "num_steps": len(steps),
         "swap_out_slots": out.swap_out_slots,  # K/V slots copied to / from the host pool
         "swap_in_slots": out.swap_in_slots,

@@ -42,6 +42,7 @@ def validate(cfg) -> None:
             value = system.get(key)
             if value is not None and (not isinstance(value, (int, float)) or value < 0 or math.isnan(value)):
                 raise ConfigError(f"system.{key} must be a number of seconds >= 0 or null; got {value!r}")
+    _choice(cfg, "engine.clock", eng.get("clock", "wall"), ("wall", "virtual"))
     for key in ("kv_cache_bytes", "swap_space_bytes"):
         value = eng.get(key)
         if value is not None and (not isinstance(value, (int, float)) or value < 0 or math.isnan(value)):
@@ -54,6 +55,12 @@ def validate(cfg) -> None:
     for key in ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_size", "vocab_size", "max_model_len"):
         _positive_int(f"model.{key}", model[key])
     _choice(cfg, "model.dtype", model.dtype, ("float32", "float16", "bfloat16"))
+    from kvbench.geometry import layer_windows
+
+    try:
+        layer_windows(model)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
     if model.num_heads % model.num_kv_heads:
         raise ConfigError(f"model.num_heads ({model.num_heads}) must be a multiple of model.num_kv_heads ({model.num_kv_heads})")
     wl = cfg.workload

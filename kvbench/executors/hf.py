@@ -13,7 +13,9 @@ swap-ins run on the pool, in that order.
 Timings of a step (``StepResult.timings``; wall time, synchronised on CUDA): ``attention_s`` (inside
 the attention hook: store + paged attention, summed over layers), ``forward_s`` (the rest of the
 forward, the LM head on the sampled rows included), ``sampling_s``, ``copy_s``, ``swap_s``; and
-``duration_s``, the whole ``execute`` (input building included).
+``duration_s``, the whole ``execute`` (input building included). With ``engine.clock=virtual`` the
+tokens are the same but ``duration_s`` and the timings are the sim cost model's for the step on
+the gpu profile, so a run's schedule does not depend on the machine's load.
 
 At construction one probe forward reads every layer's attention features (``kvbench.hf.features``):
 a model whose attention the hook cannot reproduce exactly is refused there, before any step, and
@@ -38,6 +40,7 @@ from kvbench.hf.model import DTYPES, build_model
 from kvbench.hf.pool import KVPool
 from kvbench.hf.sampling import Sampler, SamplingParams
 from kvbench.hf.torch_attention import TorchAttentionPlan
+from kvbench.sim.cost_model import TIMING_KEYS, CostParams, step_time, summarize
 
 log = logging.getLogger(__name__)
 
@@ -77,14 +80,30 @@ def default_kv_cache_bytes(cfg, device: str) -> int:
     return int(min(CPU_DEFAULT_KV_BYTES, most_useful))
 
 
+def virtual_clock(model_cfg, engine_cfg, gpu_cfg):
+    """The cost-model parameters of ``engine.clock=virtual`` (None for ``wall``)."""
+    clock = str(engine_cfg.get("clock", "wall") or "wall") if engine_cfg is not None else "wall"
+    if clock == "wall":
+        return None
+    if clock != "virtual":
+        raise ConfigError(f"engine.clock must be one of wall, virtual; got {clock!r}")
+    if gpu_cfg is None:
+        raise ConfigError("engine.clock=virtual needs a gpu profile (gpu=...) for the step cost model")
+    try:
+        return CostParams.from_configs(model_cfg, gpu_cfg)
+    except ValueError as exc:
+        raise ConfigError(f"engine.clock=virtual: {exc}") from None
+
+
 class HFExecutor:
     """Runs StepBatches through a transformers causal LM on a paged KV pool of ``num_slots`` slots."""
 
     needs_block_tables = True
 
     def __init__(self, model_cfg, engine_cfg, *, num_slots: int, block_size: int, device: str = "auto",
-                 seed: int = 0, backend_cfg=None, model=None) -> None:
+                 seed: int = 0, backend_cfg=None, model=None, gpu_cfg=None) -> None:
         self.device = resolve_device(device)
+        self.cost = virtual_clock(model_cfg, engine_cfg, gpu_cfg)
         self.cuda = self.device == "cuda"
         threads = engine_cfg.get("threads") if engine_cfg is not None else None
         if threads and not self.cuda:
@@ -168,6 +187,10 @@ class HFExecutor:
                     next_tokens, extra, top = self.sampler(logits, sampled)
                 timings["sampling_s"] = self._now() - t_forward
         duration = time.perf_counter() - t_start
+        if self.cost is not None:  # engine.clock=virtual: the modelled time of this step on the gpu profile
+            modelled = step_time(self.cost, summarize(batch))
+            duration = modelled["duration_s"]
+            timings = {key: modelled[key] for key in TIMING_KEYS}
         return StepResult(next_tokens=next_tokens, duration_s=duration, top_logprobs=top, extra_tokens=extra,
                           timings=timings)
 

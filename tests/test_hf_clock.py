@@ -1,0 +1,66 @@
+"""``engine.clock=virtual`` on the hf backend: real tokens, step times from the sim cost model of the
+gpu profile, so the schedule of a run with arrivals does not depend on the machine's load."""
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+from omegaconf import OmegaConf
+
+from kvbench.batch import StepBatch
+from kvbench.config import CONF_DIR, ConfigError
+from kvbench.executors.hf import HFExecutor
+from kvbench.sim.cost_model import CostParams, step_time, summarize
+from tests.test_hf_executor import composed
+
+OVERRIDES = ["backend=hf", "model=tiny-llama", "workload=synthetic", "workload.num_requests=6",
+             "workload.prompt_len=12", "workload.output_len=5", "workload.request_rate=200", "engine.device=cpu",
+             "engine.threads=1", "progress=false", "gpu=a10g"]
+
+
+def test_virtual_clock_is_reproducible_and_keeps_the_tokens(tmp_path):
+    from kvbench.app import run as app_run
+
+    summaries, steps = [], []
+    for i, clock in enumerate(["virtual", "virtual", "wall"]):
+        cfg = composed(OVERRIDES + [f"engine.clock={clock}", f"results_dir={tmp_path}"])
+        summaries.append(app_run(cfg, run_dir=tmp_path / f"run{i}"))
+        steps.append(pd.read_parquet(tmp_path / f"run{i}" / "steps.parquet"))
+    virtual, again, wall = summaries
+    assert virtual["clock"] == again["clock"] == "virtual" and wall["clock"] == "wall"
+    assert virtual["gpu_profile"] == "a10g" and wall["gpu_profile"] is None
+    # the same schedule to the bit, whatever the machine was doing
+    pd.testing.assert_frame_equal(steps[0][["time_s", "step_s", "num_tokens", "batch_size"]],
+                                  steps[1][["time_s", "step_s", "num_tokens", "batch_size"]])
+    assert virtual["duration_s"] == again["duration_s"] and virtual["mean_ttft_s"] == again["mean_ttft_s"]
+    assert virtual["num_finished"] == wall["num_finished"] == 6
+
+
+def test_virtual_step_time_is_the_cost_models():
+    model_cfg = OmegaConf.load(CONF_DIR / "model" / "tiny-llama.yaml")
+    gpu = OmegaConf.load(CONF_DIR / "gpu" / "h100-80gb.yaml")
+    from kvbench.batch import SeqChunk
+
+    executor = HFExecutor(model_cfg, OmegaConf.create({"attention": "torch", "clock": "virtual"}), num_slots=64,
+                          block_size=4, device="cpu", gpu_cfg=gpu)
+    batch = StepBatch([SeqChunk(0, [1, 2, 3, 4, 5], 0, [3, 1], list(range(12, 17)), True, request_id=0)],
+                      block_size=4)
+    result = executor.execute(batch)
+    expected = step_time(CostParams.from_configs(model_cfg, gpu), summarize(batch))
+    assert result.duration_s == expected["duration_s"] > 0
+    assert result.timings["attention_s"] == expected["attention_s"]
+    assert set(result.next_tokens) == {0}
+
+
+def test_clock_errors():
+    model_cfg = OmegaConf.load(CONF_DIR / "model" / "tiny-llama.yaml")
+    with pytest.raises(ConfigError, match="needs a gpu profile"):
+        HFExecutor(model_cfg, OmegaConf.create({"clock": "virtual"}), num_slots=64, block_size=4, device="cpu")
+    gpt2 = model_cfg.copy()
+    gpt2.family, gpt2.num_kv_heads = "gpt2", 4
+    with pytest.raises(ConfigError, match="engine.clock=virtual: model.family must be one of"):
+        HFExecutor(gpt2, OmegaConf.create({"clock": "virtual"}), num_slots=64, block_size=4, device="cpu",
+                   gpu_cfg=OmegaConf.load(CONF_DIR / "gpu" / "h100-80gb.yaml"))
+    from kvbench.config import validate
+
+    with pytest.raises(ConfigError, match="engine.clock must be one of wall, virtual"):
+        validate(composed(["backend=hf", "model=tiny-llama", "engine.clock=sim"]))
