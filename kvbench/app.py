@@ -102,7 +102,8 @@ def prepare(cfg: DictConfig) -> Prepared:
         from kvbench.executors.hf import HFExecutor
 
         executor = HFExecutor(cfg.model, cfg.engine, num_slots=num_slots, block_size=allocator.block_size,
-                              device=device, seed=int(cfg.seed), backend_cfg=cfg.backend, gpu_cfg=cfg.gpu)
+                              device=device, seed=int(cfg.seed), backend_cfg=cfg.backend, gpu_cfg=cfg.gpu,
+                              system_cfg=cfg.get("system"))
         if executor.cost is not None:
             gpu_profile = str(cfg.gpu.name)  # the profile that times the steps
     return Prepared(geometry, num_slots * geometry.bytes_per_slot, num_slots, allocator, workload,

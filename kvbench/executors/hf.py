@@ -80,8 +80,9 @@ def default_kv_cache_bytes(cfg, device: str) -> int:
     return int(min(CPU_DEFAULT_KV_BYTES, most_useful))
 
 
-def virtual_clock(model_cfg, engine_cfg, gpu_cfg):
-    """The cost-model parameters of ``engine.clock=virtual`` (None for ``wall``)."""
+def virtual_clock(model_cfg, engine_cfg, gpu_cfg, system_cfg=None):
+    """The cost-model parameters of ``engine.clock=virtual`` (None for ``wall``): the sim backend's,
+    for the same gpu profile and system."""
     clock = str(engine_cfg.get("clock", "wall") or "wall") if engine_cfg is not None else "wall"
     if clock == "wall":
         return None
@@ -90,7 +91,7 @@ def virtual_clock(model_cfg, engine_cfg, gpu_cfg):
     if gpu_cfg is None:
         raise ConfigError("engine.clock=virtual needs a gpu profile (gpu=...) for the step cost model")
     try:
-        return CostParams.from_configs(model_cfg, gpu_cfg)
+        return CostParams.from_configs(model_cfg, gpu_cfg, system_cfg)
     except ValueError as exc:
         raise ConfigError(f"engine.clock=virtual: {exc}") from None
 
@@ -101,9 +102,9 @@ class HFExecutor:
     needs_block_tables = True
 
     def __init__(self, model_cfg, engine_cfg, *, num_slots: int, block_size: int, device: str = "auto",
-                 seed: int = 0, backend_cfg=None, model=None, gpu_cfg=None) -> None:
+                 seed: int = 0, backend_cfg=None, model=None, gpu_cfg=None, system_cfg=None) -> None:
         self.device = resolve_device(device)
-        self.cost = virtual_clock(model_cfg, engine_cfg, gpu_cfg)
+        self.cost = virtual_clock(model_cfg, engine_cfg, gpu_cfg, system_cfg)
         self.cuda = self.device == "cuda"
         threads = engine_cfg.get("threads") if engine_cfg is not None else None
         if threads and not self.cuda:
