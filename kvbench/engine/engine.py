@@ -165,6 +165,9 @@ class Engine:
                 self._beam_step(group, result)
             else:
                 self._sample_step(group, result)
+            for seq in (*group.seqs, *self.scheduler.pending_seqs(group)):
+                if seq.num_generated > len(seq.token_times):
+                    seq.token_times.append(now)
             if group.first_token_s is None:
                 group.first_token_s = now
             if group.done and not self.scheduler.has_pending_forks(group):

@@ -1,4 +1,8 @@
-"""Per-step rows, per-request rows and the run's summary metrics (the design's definitions)."""
+"""Per-step rows, per-request rows and the run's summary metrics (the design's definitions).
+
+The serving latency and throughput statistics (vLLM's names and definitions) come from
+``kvbench.metrics``; this module adds the design's batching, memory and outcome columns.
+"""
 from __future__ import annotations
 
 import math
@@ -10,6 +14,7 @@ import pandas as pd
 from allocators.base import MemoryUsage
 from kvbench.batch import StepBatch, StepResult
 from kvbench.engine.sequence import Group, GroupStatus
+from kvbench.metrics import DEFAULT_PERCENTILES, request_itls, serving_metrics
 
 MEM_KEYS = ("mem_token_frac", "mem_reserved_frac", "mem_internal_frac", "mem_external_frac")
 TIMING_KEYS = ("attention_s", "forward_s", "sampling_s", "copy_s", "swap_s", "schedule_s")
@@ -67,6 +72,13 @@ class Recorder:
         return pd.DataFrame(self.steps)
 
 
+def sample_token_times(group: Group) -> list[np.ndarray]:
+    """Emission times of each sample's output tokens, in the order of the engine's outputs."""
+    seqs = sorted(group.seqs, key=lambda s: (-s.cum_logprob, s.sample_index)) if group.is_beam \
+        else sorted(group.seqs, key=lambda s: s.sample_index)
+    return [np.array(s.token_times, dtype=float) for s in seqs]
+
+
 def requests_frame(groups: list[Group]) -> pd.DataFrame:
     rows = []
     for g in sorted(groups, key=lambda g: g.request_id):
@@ -75,6 +87,8 @@ def requests_frame(groups: list[Group]) -> pd.DataFrame:
         e2e = g.finish_s - r.arrival_s if finished else math.nan
         ttft = g.first_token_s - r.arrival_s if g.first_token_s is not None else math.nan
         tpot = (e2e - ttft) / (r.output_len - 1) if finished and r.output_len > 1 else math.nan
+        token_times = sample_token_times(g)
+        itls = np.concatenate([request_itls(t) for t in token_times]) if token_times else np.empty(0)
         rows.append({
             "request_id": r.request_id,
             "status": g.status.value,
@@ -91,6 +105,8 @@ def requests_frame(groups: list[Group]) -> pd.DataFrame:
             "tpot_s": tpot,
             "e2e_s": e2e,
             "normalized_latency_s": e2e / r.output_len if finished else math.nan,
+            "max_itl_s": float(itls.max()) if len(itls) else math.nan,  # the longest stall
+            "token_times_s": token_times,  # per sample (best beam first): when each output token was emitted
         })
     return pd.DataFrame(rows)
 
@@ -100,8 +116,10 @@ def _none_if_nan(x: float) -> float | None:
 
 
 def summarize(steps: pd.DataFrame, requests: pd.DataFrame, *, num_preemptions: int,
-              prefix_hit_rate: float | None) -> dict:
-    """The design's throughput, latency, batching, memory and outcome columns."""
+              prefix_hit_rate: float | None, percentiles=DEFAULT_PERCENTILES,
+              goodput: dict[str, float] | None = None) -> dict:
+    """The design's throughput, latency, batching, memory and outcome columns, then vLLM's
+    serving metrics (``kvbench.metrics.serving_metrics``) at these percentiles and SLOs."""
     done = requests[requests["status"] == "finished"] if len(requests) else requests
     out: dict = {}
     if len(done):
@@ -143,4 +161,5 @@ def summarize(steps: pd.DataFrame, requests: pd.DataFrame, *, num_preemptions: i
     out["prefix_hit_rate"] = _none_if_nan(prefix_hit_rate)
     out["num_finished"] = int(len(done))
     out["num_rejected"] = int((requests["status"] == "rejected").sum()) if len(requests) else 0
-    return out
+    serving = serving_metrics(requests, duration, percentiles=percentiles, goodput=goodput)
+    return out | {k: v for k, v in serving.items() if k not in out}

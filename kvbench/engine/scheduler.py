@@ -229,11 +229,16 @@ class Scheduler:
     def has_pending_forks(self, group: Group) -> bool:
         return bool(self._pending_forks.get(group.request_id))
 
+    def pending_seqs(self, group: Group) -> list[Seq]:
+        """The group's samples or beams that are decided but not forked yet."""
+        return [fork.child for fork in self._pending_forks.get(group.request_id, ())]
+
     def add_pending_fork(self, group: Group, parent: Seq, token: int, cum_logprob: float) -> None:
         """A new sample or beam: ``parent``'s tokens with its last (just sampled) one replaced by ``token``."""
         forks = self._pending_forks.setdefault(group.request_id, [])
         child = Seq(self.new_seq_id(), parent.tokens[:-1] + [token], num_generated=parent.num_generated,
-                    sample_index=len(group.seqs) + len(forks), cum_logprob=cum_logprob)
+                    sample_index=len(group.seqs) + len(forks), cum_logprob=cum_logprob,
+                    token_times=parent.fork_times())
         forks.append(_PendingFork(parent, child, len(parent.tokens) - 1))
 
     def finish(self, group: Group, now: float) -> None:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import enum
+from array import array
 from dataclasses import dataclass, field
 
 from kvbench.requests import Request
@@ -25,6 +26,11 @@ class Seq:
     num_generated: int = 0
     sample_index: int = 0
     cum_logprob: float = 0.0  # beam search score
+    token_times: array = field(default_factory=lambda: array("d"))  # when each generated token was emitted (s)
+
+    def fork_times(self) -> array:
+        """A forked child's emission times: its tokens so far were sampled with the parent's."""
+        return array("d", self.token_times)
 
     @property
     def pending(self) -> int:

@@ -196,6 +196,8 @@ class WandbLogger(Logger):
     def log_requests(self, requests) -> None:
         if self.run is None or requests is None:
             return
+        nested = [c for c in requests.columns if len(requests) and isinstance(requests[c].iloc[0], (list, np.ndarray))]
+        requests = requests.drop(columns=nested)  # per-token times stay in requests.parquet
         limit = wandb.Table.MAX_ROWS
         if len(requests) > limit:  # W&B would silently keep only the first MAX_ROWS
             warnings.warn(
