@@ -4,7 +4,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: setup demo test test-slow bench figs paper paper-quick gpu-check validate clean
+.PHONY: setup demo test test-slow bench bench-update bench-timings figs paper paper-quick gpu-check validate clean
 RESULTS ?= results/paper
 PAPER_HF_EXPERIMENTS := paper-token-time
 QUICK_OVERRIDES := workload.duration_s=120
@@ -32,11 +32,18 @@ test: setup
 test-slow: setup
 	$(BIN)/python -m pytest -q -m slow
 
-# Saves each run under .benchmarks/ and compares with the last saved run when there is one.
+# Regression gate: cost ratios measured side by side in one process (one torch thread) against
+# the committed tests/benchmarks/baseline.json; fails when one grows by more than 20%.
 bench: setup
-	@if ls .benchmarks/*/*.json >/dev/null 2>&1; then CMP=--benchmark-compare; else CMP=; fi; \
-	$(BIN)/python -m pytest tests/benchmarks -q -p no:cacheprovider --benchmark-only --benchmark-autosave $$CMP \
-		--benchmark-columns=min,median,mean,rounds --benchmark-sort=name
+	$(BIN)/python -m tests.benchmarks.gate
+
+bench-update: setup
+	$(BIN)/python -m tests.benchmarks.gate --update
+
+# Absolute timings per suite (pytest-benchmark groups), for reading, not gating.
+bench-timings: setup
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest tests/benchmarks -q -p no:cacheprovider --benchmark-only \
+		--benchmark-columns=min,median,mean,rounds --benchmark-sort=name --benchmark-group-by=group
 
 # Every figure from stored results alone (default: the committed reference results).
 figs: setup

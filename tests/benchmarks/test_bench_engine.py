@@ -24,6 +24,7 @@ def test_bench_sim_engine_ten_minutes(benchmark, allocator, tmp_path):
         engine = Engine(prep.allocator, prep.executor, SchedulerConfig(max_model_len=int(cfg.model.max_model_len)))
         return engine.run(prep.workload.requests)
 
+    benchmark.group = "engine, 10 simulated minutes"
     out = benchmark.pedantic(one_run, rounds=1, iterations=1)
     assert out.summary["num_finished"] == len(out.requests)
     benchmark.extra_info["steps"] = len(out.steps)

@@ -42,6 +42,7 @@ def test_bench_paged_attention(benchmark, device):
         if device == "cuda":
             torch.cuda.synchronize()
 
+    benchmark.group = f"kv-pool ops ({device})"
     benchmark(step)
     assert torch.isfinite(out).all()
 
@@ -49,5 +50,6 @@ def test_bench_paged_attention(benchmark, device):
 def test_bench_plan_copies(benchmark):
     # a step's worth of CoW copies and one region move
     ops = [(i * 32, 4096 + i * 32, 16) for i in range(64)] + [(8192, 8200, 256)]
+    benchmark.group = "kv-pool ops (cpu)"
     calls = benchmark(kernels.plan_copies, ops)
     assert sum(len(s) for s, _ in calls) == 64 * 16 + 256
