@@ -353,7 +353,7 @@ def _hydra_main(cfg: DictConfig) -> float | None:
             group = cfg.logger.get("group") or (f"{cfg.experiment_name}-{Path(hc.sweep.dir).name}" if multirun else None)
             tags = [f"experiment={cfg.experiment_name}"]
             logger.start(OmegaConf.to_container(cfg, resolve=True), run_id=run_id,
-                         name=f"{cfg.allocator.name}-{cfg.workload.name}", group=group, tags=tags,
+                         name=None, group=group, tags=tags,
                          run_dir=Path(hc.runtime.output_dir))
         summary = run(cfg, run_dir=hc.runtime.output_dir, logger=logger, run_id=run_id)
     except _errors() as exc:

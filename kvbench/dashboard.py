@@ -7,7 +7,8 @@ only ``--save`` talks to W&B (it needs an entity, a login and a network).
 The panels read what ``kvbench.loggers.wandb_logger`` writes: summary columns
 (``mem_*_frac``, ``mean_batch_size``, ...), ``steps/<metric>`` history against ``step``,
 ``by_rate/*`` history against ``by_rate/request_rate``, and the top-level config key
-``allocator`` that runs are grouped by.
+``allocator_label`` that runs are grouped by (the allocator's config name, so Orca Max, Pow2
+and Oracle are three bars, not one ``buddy``).
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from collections.abc import Sequence
 from kvbench.loggers.base import RATE_PREFIX, STEP_METRIC, STEP_PREFIX
 from kvbench.results import MEM_COLUMNS
 
-GROUP_KEY = "allocator"  # config key (set from the summary by the wandb logger)
+GROUP_KEY = "allocator_label"  # config key: the allocator's config name (orca-max, paged, ...)
 DEFAULT_NAME = "kvbench: allocators side by side"
 STEP_SERIES = ("batch_size",)  # per-step series besides the memory fractions
 
@@ -104,9 +105,10 @@ def build_workspace(entity: str, project: str = "kvbench", name: str = DEFAULT_N
         name=name,
         sections=[memory, serving, per_step],
         runset_settings=ws.RunsetSettings(
-            groupby=[ws.Config(GROUP_KEY)],
+            groupby=[ws.Config("experiment"), ws.Config(GROUP_KEY)],  # studies never merge
             pinned_columns=[
                 f"config:{GROUP_KEY}",
+                "config:experiment",
                 "config:block_size",
                 "config:workload",
                 "config:request_rate",

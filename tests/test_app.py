@@ -107,6 +107,9 @@ def test_wandb_logger_records_steps_summary_and_figure_offline(tmp_path):
     assert wandb_run.exit_code == 0
     assert wandb_run.config["run_id"] == index.loc[0, "run_id"]  # one id ties W&B to the index row
     assert {"allocator=paged", "block_size=16", "workload=synthetic", "experiment=adhoc"} <= set(wandb_run.tags)
+    assert wandb_run.name.startswith("paged-bs16-synthetic-r")
+    files = [a["files"] for a in wandb_run.artifacts if a["type"] == "kvbench-run"]
+    assert len(files) == 1 and {"summary.json", "steps.parquet", "requests.parquet"} <= set(files[0])
     steps = [h for h in wandb_run.history if "steps/mem_token_frac" in h]
     assert len(steps) == index.loc[0, "num_steps"] and steps[-1]["step"] == len(steps) - 1
     assert wandb_run.summary["num_finished"] == 30

@@ -31,19 +31,20 @@ def test_workspace_has_the_comparison_panels():
 
     for m in MEM:  # run means as bars grouped by allocator
         bars = [p for p in panels if p["type"] == "BarPlot" and p["metrics"] == [f"SummaryMetric({m})"]]
-        assert len(bars) == 1 and bars[0]["groupby"] == "Config(allocator)"
+        assert len(bars) == 1 and bars[0]["groupby"] == "Config(allocator_label)"
         steps = [p for p in panels if p["type"] == "LinePlot" and p["metrics"] == [f"steps/{m}"]]
         assert len(steps) == 1 and steps[0]["x"] == "step"
     for m in ("mean_batch_size", "request_throughput", "normalized_latency_s"):
         assert any(p["type"] == "BarPlot" and p["metrics"] == [f"SummaryMetric({m})"] for p in panels)
     line = by_title["normalized latency vs request rate"]
     assert line["type"] == "LinePlot" and line["x"] == "by_rate/request_rate"
-    assert line["metrics"] == ["by_rate/normalized_latency_s"] and line["groupby"] == "Config(allocator)"
+    assert line["metrics"] == ["by_rate/normalized_latency_s"] and line["groupby"] == "Config(allocator_label)"
 
     spec = json.loads(dashboard.spec_json(workspace))
     assert spec["entity"] == "me" and spec["project"] == "kvbench"
     # runs grouped by the top-level config key "allocator" (W&B stores it as allocator.value)
-    assert spec["spec"]["section"]["runSets"][0]["grouping"] == [{"section": "config", "name": "allocator.value"}]
+    assert spec["spec"]["section"]["runSets"][0]["grouping"] == [{"section": "config", "name": "experiment.value"},
+                                                                {"section": "config", "name": "allocator_label.value"}]
     sections = spec["spec"]["section"]["panelBankConfig"]["sections"]
     assert sum(len(s["panels"]) for s in sections) == len(panels)
 

@@ -66,8 +66,12 @@ def test_flatten_config_resolves_omegaconf():
         "rates": [1, 2],
         "e": {},
     }
-    assert run_tags("paged", 16, "sharegpt") == ["allocator=paged", "block_size=16", "workload=sharegpt"]
-    assert run_tags("contiguous", None, "fixed") == ["allocator=contiguous", "workload=fixed"]
+    fields = {"allocator_label": "orca-max", "reserve": "max", "block_size": 16, "workload": "sharegpt",
+              "request_rate": 2.0, "experiment": "fig12"}
+    assert run_tags(fields) == ["allocator=orca-max", "reserve=max", "block_size=16", "workload=sharegpt",
+                                "request_rate=2", "experiment=fig12"]
+    assert run_tags({"allocator_label": "paged", "reserve": None, "workload": "fixed"}) == \
+        ["allocator=paged", "workload=fixed"]
 
 
 def test_step_sampler_keeps_at_most_limit_evenly_spaced_steps():
@@ -120,6 +124,9 @@ def test_wandb_offline_run_records_config_history_summary(tmp_path, monkeypatch)
         "engine": {"max_num_seqs": 4},
     }
     run_dir = tmp_path / "runs" / "r1"
+    run_dir.mkdir(parents=True)
+    (run_dir / "summary.json").write_text("{}")
+    pd.DataFrame({"a": [1]}).to_parquet(run_dir / "requests.parquet")
     logger.start(run_cfg, run_id="r1", name="paged-bs16", group="sweep-7", tags=[], run_dir=run_dir)
     run_path = logger.run_path
     assert run_path.parent == run_dir / "wandb"  # dir defaults to the run directory
@@ -151,7 +158,9 @@ def test_wandb_offline_run_records_config_history_summary(tmp_path, monkeypatch)
 
     run = read_offline_run(run_path)
     assert run.project == "kvbench" and run.name == "paged-bs16" and run.group == "sweep-7"
-    assert run.tags == ["allocator=paged", "block_size=16", "workload=sharegpt", "smoke"]
+    assert run.tags == ["allocator=paged", "block_size=16", "workload=sharegpt", "request_rate=2", "smoke"]
+    assert run.config["allocator_label"] == "paged"
+    assert {"name": "run-r1", "type": "kvbench-run", "files": ["requests.parquet", "summary.json"]} in run.artifacts
     assert run.config["allocator.name"] == "paged" and run.config["engine.max_num_seqs"] == 4
     assert run.config["run_id"] == "r1"
     assert run.config["allocator"] == "paged" and run.config["request_rate"] == 2.0  # for grouping

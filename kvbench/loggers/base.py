@@ -79,19 +79,16 @@ def _plain(node: Any) -> Any:
     return node
 
 
-def run_tags(
-    allocator: str | None = None, block_size: int | None = None, workload: str | None = None
-) -> list[str]:
-    """The standard run tags: ``allocator=<name>``, ``block_size=<n>``, ``workload=<name>``."""
-    pairs = (("allocator", allocator), ("block_size", block_size), ("workload", workload))
-    return [f"{key}={value}" for key, value in pairs if value is not None]
+def run_tags(fields: Mapping[str, Any]) -> list[str]:
+    """The standard run tags (``kvbench.naming.run_tags``): ``allocator=<label>``, ``reserve``,
+    ``block_size``, ``workload``, ``request_rate``, ``experiment``; absent ones are skipped."""
+    from kvbench.naming import run_tags as tags
+
+    return tags(fields)
 
 
 def tags_from_config(flat_config: Mapping[str, Any]) -> list[str]:
-    """Best-effort standard tags from a flattened config (``allocator.name``,
-    ``allocator.block_size``, ``workload.name``); keys that are absent are skipped."""
-    return run_tags(
-        flat_config.get("allocator.name"),
-        flat_config.get("allocator.block_size"),
-        flat_config.get("workload.name"),
-    )
+    """The standard tags of a flattened run config (``allocator.name``, ``workload.name``, ...)."""
+    from kvbench.naming import fields_from_config
+
+    return run_tags(fields_from_config(flat_config))

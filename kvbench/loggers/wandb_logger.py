@@ -3,11 +3,17 @@ account offline. The only module of the project that imports wandb at import tim
 
 What one run holds:
 
-- config: the resolved config flattened to ``a.b.c`` keys, plus the run's identity columns
-  (``allocator``, ``block_size``, ``workload``, ``request_rate``, ...) as top-level keys once
-  the summary is known, so workspaces can group runs by ``Config("allocator")``;
-- tags ``allocator=<name>``, ``block_size=<n>``, ``workload=<name>`` plus ``logger.tags``;
-  the group is the sweep's (``logger.group``, else the one the app passes);
+- name: ``<allocator label>-bs<block size>-<workload>-r<rate>`` (``kvbench.naming``), unless
+  the caller passes one; the label is the allocator's config name (``orca-max``);
+- config: the resolved config flattened to ``a.b.c`` keys, ``allocator_label`` from the start,
+  and the run's identity columns (``allocator``, ``block_size``, ``workload``,
+  ``request_rate``, ...) as top-level keys once the summary is known, so workspaces group runs
+  by ``Config("allocator_label")``: Orca Max, Pow2 and Oracle stay apart;
+- tags ``allocator=<label>``, ``reserve``, ``block_size``, ``workload``, ``request_rate``,
+  ``experiment`` plus ``logger.tags``; the group is the sweep's (``logger.group``, else the one
+  the app passes);
+- artifact ``run-<run_id>`` (type ``kvbench-run``): the run directory's ``summary.json`` and
+  parquet files, logged at finish;
 - history: ``steps/<metric>`` against the engine step ``step`` (``define_metric``); see
   ``StepSampler`` for which steps; plus one ``by_rate/*`` point per run keyed by
   ``by_rate/request_rate`` (line plots of latency against request rate across runs);
@@ -27,9 +33,12 @@ import wandb
 
 from kvbench.results import SUMMARY_COLUMNS
 
-from .base import RATE_PREFIX, STEP_METRIC, STEP_PREFIX, Logger, flatten_config, tags_from_config
+from kvbench.naming import fields_from_config, run_name, run_tags
 
-IDENTITY_COLUMNS = SUMMARY_COLUMNS[: SUMMARY_COLUMNS.index("seed") + 1]
+from .base import RATE_PREFIX, STEP_METRIC, STEP_PREFIX, Logger, flatten_config
+
+IDENTITY_COLUMNS = (*SUMMARY_COLUMNS[: SUMMARY_COLUMNS.index("seed") + 1], "allocator_label")
+ARTIFACT_FILES = ("summary.json", "*.parquet")
 RATE_METRICS = (
     "normalized_latency_s", "mean_ttft_s", "mean_tpot_s", "request_throughput",
     "output_token_throughput", "mean_batch_size",
@@ -115,6 +124,8 @@ class WandbLogger(Logger):
         self.max_step_logs = int(max_step_logs or 0)
         self.run: wandb.Run | None = None
         self._steps = StepSampler(self.max_step_logs)
+        self._run_id = ""
+        self._run_dir: Path | None = None
 
     @classmethod
     def from_config(cls, cfg: Mapping[str, Any]) -> WandbLogger:
@@ -146,7 +157,11 @@ class WandbLogger(Logger):
             raise RuntimeError("WandbLogger.start called twice; call finish first")
         flat = flatten_config(config)
         flat.setdefault("run_id", run_id)
-        all_tags = [str(t)[:MAX_TAG_LEN] for t in [*tags_from_config(flat), *tags, *self.tags]]
+        fields = fields_from_config(flat)
+        if fields["allocator_label"] is not None:
+            flat.setdefault("allocator_label", fields["allocator_label"])
+        all_tags = [str(t)[:MAX_TAG_LEN] for t in [*run_tags(fields), *tags, *self.tags]]
+        self._run_id, self._run_dir = run_id, Path(run_dir) if run_dir else None
         directory = self.dir if self.dir is not None else (Path(run_dir) if run_dir else None)
         if directory is not None:
             directory.mkdir(parents=True, exist_ok=True)
@@ -157,7 +172,7 @@ class WandbLogger(Logger):
             mode=self.mode,
             group=self.group if self.group is not None else group,
             tags=list(dict.fromkeys(all_tags)),
-            name=name,
+            name=name or run_name(fields),
             config=flat,
             dir=str(directory) if directory is not None else None,
             reinit="finish_previous",
@@ -224,6 +239,8 @@ class WandbLogger(Logger):
             return
         try:
             self._flush_steps(run)
+            if exit_code == 0:
+                self._log_run_files(run)
         finally:
             run.finish(exit_code=exit_code)
 
@@ -233,6 +250,18 @@ class WandbLogger(Logger):
     def run_path(self) -> Path | None:
         """The local W&B run directory (``.../wandb/offline-run-<date>-<id>``), while started."""
         return Path(self.run.dir).parent if self.run is not None else None
+
+    def _log_run_files(self, run: wandb.Run) -> None:
+        """The run directory's summary and tables as one artifact (kept for ``wandb sync``)."""
+        if self._run_dir is None:
+            return
+        files = sorted({p for pattern in ARTIFACT_FILES for p in self._run_dir.glob(pattern)})
+        if not files:
+            return
+        artifact = wandb.Artifact(f"run-{self._run_id}", type="kvbench-run")
+        for path in files:
+            artifact.add_file(str(path), name=path.name)
+        run.log_artifact(artifact)
 
     def _flush_steps(self, run: wandb.Run | None = None) -> None:
         run = run if run is not None else self.run

@@ -40,6 +40,7 @@ class OfflineRun:
     history: list[dict[str, Any]] = field(default_factory=list)
     metrics: list[dict[str, Any]] = field(default_factory=list)  # define_metric records
     exit_code: int | None = None
+    artifacts: list[dict[str, Any]] = field(default_factory=list)  # name, type, files
 
 
 def iter_records(path: str | Path) -> Iterator[bytes]:
@@ -133,6 +134,10 @@ def _read_offline_run(run_path: str | Path) -> OfflineRun:
             out.metrics.append(
                 {"name": m.name or m.glob_name, "glob": bool(m.glob_name), "step_metric": m.step_metric}
             )
+        elif kind == "artifact":
+            art = record.artifact
+            files = [entry.path for entry in art.manifest.contents]
+            out.artifacts.append({"name": art.name, "type": art.type, "files": files})
         elif kind == "exit":
             out.exit_code = record.exit.exit_code
     out.config.pop("_wandb", None)

@@ -1,0 +1,101 @@
+"""One naming scheme for runs everywhere (tables, W&B names, tags and groups, figures' inputs).
+
+The allocator label is the allocator's config name (``conf/allocator/<label>.yaml``):
+``orca-max``, ``orca-pow2``, ``orca-oracle``, ``paged``, ``contiguous-oracle``. A run whose
+allocator knobs no longer match the config it started from (``allocator=orca-max
+allocator.reserve=pow2``) is named by its knobs instead, so a label never lies. Missing values
+print as ``-``.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from functools import lru_cache
+
+NOT_APPLICABLE = "-"
+_ORCA_RESERVES = ("max", "pow2", "oracle")
+
+
+@lru_cache(maxsize=64)
+def _config_knobs(choice: str) -> tuple[str | None, str | None] | None:
+    from omegaconf import OmegaConf
+
+    from kvbench.config import CONF_DIR
+
+    path = CONF_DIR / "allocator" / f"{choice}.yaml"
+    if not path.is_file():
+        return None
+    cfg = OmegaConf.load(path)
+    return cfg.get("name"), cfg.get("reserve")
+
+
+def allocator_label(name: str, reserve: str | None = None, choice: str | None = None) -> str:
+    """The config name of this allocator (``choice`` when its knobs still hold), else one
+    derived from the knobs the same way: buddy with max/pow2/oracle is ``orca-<reserve>``."""
+    reserve = None if missing(reserve) else str(reserve)
+    if choice and _config_knobs(choice) == (name, reserve):
+        return choice
+    if name == "buddy" and reserve in _ORCA_RESERVES:
+        return f"orca-{reserve}"
+    return f"{name}-{reserve}" if reserve else str(name)
+
+
+def hydra_choice(group: str = "allocator") -> str | None:
+    """The config chosen for a group in the running Hydra app, or None outside one."""
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        return HydraConfig.get().runtime.choices.get(group)
+    except (ImportError, ValueError):
+        return None
+
+
+def missing(value: object) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value)) or str(value) in ("", "None", "nan", "<NA>")
+
+
+def cell(value: object) -> str:
+    """A table cell: ``-`` for not applicable, 4 significant digits for floats."""
+    if missing(value):
+        return NOT_APPLICABLE
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
+
+
+def run_name(fields: Mapping[str, object]) -> str:
+    """``orca-max-bs16-sharegpt-r2`` from label, block size, workload and request rate."""
+    parts = [str(fields.get("allocator_label") or fields.get("allocator") or "run")]
+    if not missing(fields.get("block_size")):
+        parts.append(f"bs{fields['block_size']}")
+    if not missing(fields.get("workload")):
+        parts.append(str(fields["workload"]))
+    rate = fields.get("request_rate")
+    if not missing(rate):
+        parts.append(f"r{float(rate):g}")
+    return "-".join(parts)
+
+
+def run_tags(fields: Mapping[str, object]) -> list[str]:
+    """``key=value`` tags for allocator (the label), reserve, block size, workload, rate, experiment."""
+    keys = (("allocator", "allocator_label"), ("reserve", "reserve"), ("block_size", "block_size"),
+            ("workload", "workload"), ("request_rate", "request_rate"), ("experiment", "experiment"))
+    tags = []
+    for tag, key in keys:
+        value = fields.get(key)
+        if not missing(value):
+            tags.append(f"{tag}={value:g}" if isinstance(value, float) else f"{tag}={value}")
+    return tags
+
+
+def fields_from_config(flat: Mapping[str, object]) -> dict[str, object]:
+    """The naming fields of a flattened run config (``allocator.name``, ``workload.name``, ...)."""
+    name = flat.get("allocator.name")
+    return {
+        "allocator": name,
+        "allocator_label": allocator_label(str(name), flat.get("allocator.reserve"), hydra_choice())
+        if name is not None else None,
+        "reserve": flat.get("allocator.reserve"),
+        "block_size": flat.get("allocator.block_size"),
+        "workload": flat.get("workload.name"),
+        "request_rate": flat.get("workload.request_rate"),
+        "experiment": flat.get("experiment_name"),
+    }
