@@ -151,6 +151,7 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None, logger=None, run_id:
         preemption=str(eng.preemption),
         swap_slots=int(float(eng.swap_space_bytes or 0) // prep.geometry.bytes_per_slot),
         max_model_len=int(cfg.model.max_model_len),
+        stop_token_ids=_stop_token_ids(cfg, prep),
     )
     progress = _progress_bar(cfg, len(requests), f"{cfg.allocator.name}")
     wall0 = time.perf_counter()
@@ -180,6 +181,25 @@ def _scheduling(cfg: DictConfig) -> str:
     return str(system.get("scheduling", "mixed")) if system is not None else "mixed"
 
 
+def _stop_token_ids(cfg: DictConfig, prep: Prepared) -> tuple[int, ...]:
+    """EOS ids that end a sample: none unless workload.ignore_eos=false on hf. On sim no token is
+    ever EOS: a workload's output length (ShareGPT's and Alpaca's are real replies, already ended
+    by EOS) is where each sample stops, so ignore_eos changes nothing there."""
+    ignore = cfg.workload.get("ignore_eos", True)
+    if not isinstance(ignore, bool):
+        raise ConfigError(f"workload.ignore_eos must be true or false; got {ignore!r}")
+    if ignore or cfg.backend.name != "hf":
+        return ()
+    if int(cfg.workload.get("beam_width", 1)) > 1:
+        raise ConfigError("workload.ignore_eos=false is not supported with beam search (beam_width > 1): "
+                          "beams run to the output length")
+    ids = prep.executor.stop_token_ids(cfg.model)
+    if not ids:
+        raise ConfigError(f"workload.ignore_eos=false but model {cfg.model.name} names no EOS token "
+                          "(set model.eos_token_id; dummy weights have none)")
+    return ids
+
+
 def _extras(cfg: DictConfig, prep: Prepared, out) -> dict:
     """Knobs and timing splits beyond the design's columns, for the studies and figures."""
     wl, eng = cfg.workload, cfg.engine
@@ -190,6 +210,7 @@ def _extras(cfg: DictConfig, prep: Prepared, out) -> dict:
     extras = {
         "n": int(wl.get("n", 1)),
         "beam_width": int(wl.get("beam_width", 1)),
+        "ignore_eos": bool(wl.get("ignore_eos", True)),
         "prefix_len": int(wl.prefix_len) if wl.get("prefix_len") is not None else None,
         "preemption": str(eng.preemption),
         "chunked_prefill": bool(eng.chunked_prefill),

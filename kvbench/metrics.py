@@ -131,6 +131,9 @@ def serving_metrics(
         samples = np.where(done["beam_width"].to_numpy() > 1, 1, done["n"].to_numpy())
         out_tokens_per_request = done["output_len"].to_numpy() * samples
         output_len = done["output_len"].to_numpy()
+        if "generated_len" in done:  # fewer than output_len where samples stopped at EOS (ignore_eos=false)
+            out_tokens_per_request = done["generated_tokens"].to_numpy()
+            output_len = done["generated_len"].to_numpy()
         ttft = done["ttft_s"].to_numpy(dtype=float)
         e2el = done["e2e_s"].to_numpy(dtype=float)
         with np.errstate(invalid="ignore", divide="ignore"):

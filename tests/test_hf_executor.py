@@ -96,7 +96,7 @@ def hf_generate(model, request: Request, **kwargs) -> list[int]:
     ids = torch.tensor([request.prompt_ids])
     with torch.inference_mode():
         out = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=request.output_len,
-                             do_sample=False, eos_token_id=None, pad_token_id=0, **kwargs)
+                             **(dict(do_sample=False, eos_token_id=None, pad_token_id=0) | kwargs))
     return out[0, request.prompt_len:].tolist()
 
 

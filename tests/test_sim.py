@@ -22,7 +22,7 @@ MODEL_FIELDS = {
 }
 OPTIONAL_MODEL_FIELDS = {  # read by the hf backend (kvbench.hf.model, kvbench.geometry)
     "tie_word_embeddings", "rope_theta", "rms_norm_eps", "hidden_activation", "query_pre_attn_scalar",
-    "attn_logit_softcapping", "final_logit_softcapping", "sliding_window", "layer_types",
+    "attn_logit_softcapping", "final_logit_softcapping", "sliding_window", "layer_types", "eos_token_id",
 }
 GPU_FIELDS = {
     "name", "memory_bytes", "peak_flops", "peak_flops_fp32", "mem_bandwidth",

@@ -180,12 +180,16 @@ class Engine:
 
     def _sample_step(self, group: Group, result: StepResult) -> None:
         output_len = group.request.output_len
-        for seq in group.seqs:
+        stop_ids = self.cfg.stop_token_ids
+        for seq in list(group.seqs):
             token = result.next_tokens.get(seq.seq_id)
             if token is None:
                 continue
             seq.tokens.append(token)
             seq.num_generated += 1
+            if token in stop_ids:
+                seq.stopped = True
+                self._release_stopped(group, seq)
             if not group.forked:
                 group.forked = True
                 for extra in result.extra_tokens.get(seq.seq_id, ()):
@@ -194,6 +198,14 @@ class Engine:
                     else:  # a one-token answer is done: its extra samples need no K/V
                         group.final_beams.append((0.0, seq.tokens[:-1] + [extra]))
                 break
+
+    def _release_stopped(self, group: Group, seq: Seq) -> None:
+        """Free the blocks of a sample that stopped at EOS while its group runs on (its tokens stay
+        an output). Not while forks are pending: they copy from their parents' blocks."""
+        if not group.forked or self.scheduler.has_pending_forks(group) or len(group.seqs) == 1:
+            return  # the group finishes now, or soon, and frees it then
+        self.scheduler.free_seq(group, seq)
+        group.stopped_seqs.append(seq)
 
     def _beam_step(self, group: Group, result: StepResult) -> None:
         """Keep the beam_width best continuations of all beams (cumulative log-probability).
@@ -236,7 +248,7 @@ class Engine:
         if group.is_beam:  # ranked by cumulative log-probability (all have the output length: no length penalty)
             hypotheses = [(s.cum_logprob, s.tokens) for s in group.seqs] + group.final_beams
             return [tokens[prompt_len:] for _, tokens in sorted(hypotheses, key=lambda h: -h[0])]
-        samples = [s.tokens for s in sorted(group.seqs, key=lambda s: s.sample_index)]
+        samples = [s.tokens for s in sorted(group.seqs + group.stopped_seqs, key=lambda s: s.sample_index)]
         return [tokens[prompt_len:] for tokens in samples + [tokens for _, tokens in group.final_beams]]
 
 

@@ -75,7 +75,7 @@ class Recorder:
 def sample_token_times(group: Group) -> list[np.ndarray]:
     """Emission times of each sample's output tokens, in the order of the engine's outputs."""
     seqs = sorted(group.seqs, key=lambda s: (-s.cum_logprob, s.sample_index)) if group.is_beam \
-        else sorted(group.seqs, key=lambda s: s.sample_index)
+        else sorted(group.seqs + group.stopped_seqs, key=lambda s: s.sample_index)
     return [np.array(s.token_times, dtype=float) for s in seqs]
 
 
@@ -86,7 +86,8 @@ def requests_frame(groups: list[Group]) -> pd.DataFrame:
         finished = g.status is GroupStatus.FINISHED
         e2e = g.finish_s - r.arrival_s if finished else math.nan
         ttft = g.first_token_s - r.arrival_s if g.first_token_s is not None else math.nan
-        tpot = (e2e - ttft) / (r.output_len - 1) if finished and r.output_len > 1 else math.nan
+        generated = g.generated_len if finished else r.output_len  # < output_len only for an EOS stop
+        tpot = (e2e - ttft) / (generated - 1) if finished and generated > 1 else math.nan
         token_times = sample_token_times(g)
         itls = np.concatenate([request_itls(t) for t in token_times]) if token_times else np.empty(0)
         rows.append({
@@ -98,13 +99,15 @@ def requests_frame(groups: list[Group]) -> pd.DataFrame:
             "finish_s": g.finish_s,
             "prompt_len": r.prompt_len,
             "output_len": r.output_len,
+            "generated_len": generated if finished else None,  # the longest sample's tokens
+            "generated_tokens": g.generated_tokens if finished else None,  # over the returned samples
             "n": r.n,
             "beam_width": r.beam_width,
             "num_preemptions": g.num_preemptions,
             "ttft_s": ttft,
             "tpot_s": tpot,
             "e2e_s": e2e,
-            "normalized_latency_s": e2e / r.output_len if finished else math.nan,
+            "normalized_latency_s": e2e / generated if finished else math.nan,
             "max_itl_s": float(itls.max()) if len(itls) else math.nan,  # the longest stall
             "token_times_s": token_times,  # per sample (best beam first): when each output token was emitted
         })
@@ -129,8 +132,7 @@ def summarize(steps: pd.DataFrame, requests: pd.DataFrame, *, num_preemptions: i
     else:
         duration = float(steps["step_s"].sum()) if len(steps) else 0.0
     out["duration_s"] = duration
-    samples = np.where(done["beam_width"] > 1, 1, done["n"]) if len(done) else np.array([])
-    out_tokens = float((done["output_len"] * samples).sum()) if len(done) else 0.0
+    out_tokens = float(done["generated_tokens"].sum()) if len(done) else 0.0  # output_len x samples unless EOS
     in_tokens = float(done["prompt_len"].sum()) if len(done) else 0.0
     out["request_throughput"] = len(done) / duration if duration > 0 else None
     out["output_token_throughput"] = out_tokens / duration if duration > 0 else None

@@ -36,6 +36,7 @@ class SchedulerConfig:
     preemption: str = "recompute"  # recompute | swap
     swap_slots: int = 0  # capacity of the host pool, in token slots
     max_model_len: int = 2048
+    stop_token_ids: tuple[int, ...] = ()  # a sample ends when it samples one (empty: EOS ignored)
 
 
 @dataclass(slots=True)
@@ -238,7 +239,8 @@ class Scheduler:
         forks = self._pending_forks.setdefault(group.request_id, [])
         child = Seq(self.new_seq_id(), parent.tokens[:-1] + [token], num_generated=parent.num_generated,
                     sample_index=len(group.seqs) + len(forks), cum_logprob=cum_logprob,
-                    token_times=parent.fork_times())
+                    token_times=parent.fork_times(),
+                    stopped=token in self.cfg.stop_token_ids)
         forks.append(_PendingFork(parent, child, len(parent.tokens) - 1))
 
     def finish(self, group: Group, now: float) -> None:
@@ -319,7 +321,7 @@ class Scheduler:
             stop = stops.get(seq.seq_id)
             if stop is not None:
                 pending = min(pending, stop - seq.num_computed)
-            if pending <= 0 or seq.num_generated >= output_len:  # finished samples wait for the group
+            if pending <= 0 or group.seq_finished(seq):  # finished samples wait for the group
                 continue
             if budget <= 0 or seq_budget <= 0:
                 break
@@ -485,7 +487,7 @@ class Scheduler:
             limit = lambda s: len(s.tokens) - 1  # noqa: E731  a sequence computes its last token itself
         else:
             limit = lambda s: host.get(s.seq_id, 0)  # noqa: E731
-        tree = plan_restore(group.seqs, limit, lambda s: s.num_generated < output_len)
+        tree = plan_restore(group.seqs, limit, lambda s: not group.seq_finished(s))
         saved = {s.seq_id: s.num_computed for s in group.seqs}
         live: list[Seq] = []
         deferred: list[_PendingFork] = []

@@ -26,6 +26,7 @@ class Seq:
     num_generated: int = 0
     sample_index: int = 0
     cum_logprob: float = 0.0  # beam search score
+    stopped: bool = False  # sampled a stop token (EOS with workload.ignore_eos=false): generates no more
     token_times: array = field(default_factory=lambda: array("d"))  # when each generated token was emitted (s)
 
     def fork_times(self) -> array:
@@ -53,6 +54,7 @@ class Group:
     exclusive: bool = False  # comes back with the pool to itself (after running out of memory alone)
     reject_reason: str = ""
     best_tokens: list[int] = field(default_factory=list)
+    stopped_seqs: list[Seq] = field(default_factory=list)  # samples that stopped at EOS, blocks freed
     final_beams: list[tuple[float, list[int]]] = field(default_factory=list)  # (score, tokens) ended without K/V (beams; samples of one-token answers)
 
     @property
@@ -73,6 +75,23 @@ class Group:
     def is_beam(self) -> bool:
         return self.request.beam_width > 1
 
+    def seq_finished(self, seq: Seq) -> bool:
+        """The sequence generates no more: it reached the output length or sampled a stop token."""
+        return seq.stopped or seq.num_generated >= self.request.output_len
+
+    @property
+    def generated_len(self) -> int:
+        """Tokens of the longest sample (the output length unless samples stopped early)."""
+        return max((s.num_generated for s in self.seqs + self.stopped_seqs), default=0)
+
+    @property
+    def generated_tokens(self) -> int:
+        """Tokens generated over the returned samples (one beam for beam search)."""
+        if self.is_beam:
+            return self.generated_len
+        extra = sum(len(t) - self.request.prompt_len for _, t in self.final_beams)
+        return sum(s.num_generated for s in self.seqs + self.stopped_seqs) + extra
+
     @property
     def done(self) -> bool:
-        return self.forked and all(s.num_generated >= self.request.output_len for s in self.seqs)
+        return self.forked and all(self.seq_finished(s) for s in self.seqs)

@@ -145,6 +145,18 @@ class HFExecutor:
         self.sampler = Sampler(SamplingParams.from_cfg(backend_cfg), seed=int(seed))
         self.timer = LayerTimer(self.cuda)
 
+    def stop_token_ids(self, model_cfg) -> tuple[int, ...]:
+        """EOS ids for workload.ignore_eos=false: model.eos_token_id (an id or a list), else the loaded
+        model's generation config (pretrained weights); () when neither names one (dummy weights)."""
+        value = model_cfg.get("eos_token_id") if hasattr(model_cfg, "get") else None
+        if value is None:
+            generation = getattr(self.model, "generation_config", None)
+            value = getattr(generation, "eos_token_id", None) if str(model_cfg.get("load", "dummy")) == "pretrained" \
+                else None
+        if value is None:
+            return ()
+        return tuple(int(v) for v in (value if hasattr(value, "__iter__") else [value]))
+
     # -- one step --------------------------------------------------------------------------------
     def execute(self, batch: StepBatch) -> StepResult:
         t_start = time.perf_counter()

@@ -63,6 +63,7 @@ COMMON_DEFAULTS: dict[str, Any] = {
     "burstiness": 1.0,  # gamma shape of inter-arrival times; 1.0 = Poisson
     "n": 1,  # parallel samples per request
     "beam_width": 1,
+    "ignore_eos": True,  # read by the engine (kvbench.app), not the builders: stop samples at EOS when false
     "seed": 0,
     "duration_s": None,  # if set: generate arrivals until duration_s; num_requests is ignored
 }
