@@ -48,6 +48,7 @@ bench-timings: setup
 # Every figure from stored results alone (default: the committed reference results).
 figs: setup
 	$(BIN)/python -m paper_figs all --index $(RESULTS)/index.jsonl
+	$(BIN)/python -m paper_figs beyond --index $(RESULTS)/beyond/index.jsonl
 
 # The studies at paper scale (simulated one-hour traces: about 75 min with JOBS=2 here; each
 # job's log in results/log-*.txt), the CPU twins on the real model, then the figures.

@@ -65,6 +65,7 @@ class PagedPrefixAllocator(PagedAllocator):
         self._block_key: list[tuple[int, tuple[int, ...]] | None] = [None] * self.num_blocks
         self._uncommitted: set[int] = set()  # sequences grown since the last commit
         self._queries = 0
+        self._query_tokens = 0  # prompt tokens that could have hit: len(prompt) - 1 per admit
         self._hits = 0
         self._evictions = 0
         self._num_cached = 0  # hashed blocks in the free queue
@@ -134,6 +135,7 @@ class PagedPrefixAllocator(PagedAllocator):
         cached = len(hits) * bs
         self._seqs[seq_id] = _PrefixSeq(table, cached, len(prompt), max_len, list(prompt), hashes, True)
         self._queries += queries
+        self._query_tokens += max(len(prompt) - 1, 0)
         self._hits += len(hits)
         if self.debug:
             self.check_invariants()
@@ -220,6 +222,8 @@ class PagedPrefixAllocator(PagedAllocator):
         out["prefix_queries"] = self._queries
         out["prefix_hits"] = self._hits
         out["prefix_hit_rate"] = self._hits / self._queries if self._queries else None
+        # cached tokens over prompt tokens (bar the last): comparable across block sizes
+        out["prefix_token_hit_rate"] = self._hits * self.block_size / self._query_tokens if self._query_tokens else None
         out["cached_free_blocks"] = sum(1 for b in self._free if self._block_hash[b] is not None)
         out["evictions"] = self._evictions
         return out

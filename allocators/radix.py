@@ -99,6 +99,7 @@ class RadixAllocator(PagedAllocator):
         self._pushes = 0
         self._clock = 0
         self._queries = 0
+        self._query_tokens = 0  # prompt tokens that could have hit: len(prompt) - 1 per admit
         self._hits = 0
         self._evictions = 0
 
@@ -276,6 +277,7 @@ class RadixAllocator(PagedAllocator):
         cached = len(hits) * self.block_size
         self._seqs[seq_id] = _RadixSeq(table, cached, len(tokens), max_len, tokens, True, cached)
         self._queries += queries
+        self._query_tokens += max(len(prompt) - 1, 0)
         self._hits += len(hits)
         if self.debug:
             self.check_invariants()
@@ -336,6 +338,8 @@ class RadixAllocator(PagedAllocator):
         out["prefix_queries"] = self._queries
         out["prefix_hits"] = self._hits
         out["prefix_hit_rate"] = self._hits / self._queries if self._queries else None
+        # cached tokens over prompt tokens (bar the last): comparable across block sizes
+        out["prefix_token_hit_rate"] = self._hits * self.block_size / self._query_tokens if self._query_tokens else None
         out["cached_free_blocks"] = self._free.cached
         out["evictions"] = self._evictions
         return out

@@ -229,7 +229,7 @@ def _extras(cfg: DictConfig, prep: Prepared, out) -> dict:
         "page_bytes": cfg.allocator.get("page_bytes"),
     }
     stats = prep.allocator.stats()  # strategy counters over the run (None where they do not apply)
-    for key in ("tokens_per_page", "page_maps", "page_unmaps", "evictions"):
+    for key in ("tokens_per_page", "page_maps", "page_unmaps", "evictions", "prefix_token_hit_rate"):
         extras[key] = stats.get(key)
     for key in ("attention_s", "forward_s", "sampling_s", "copy_s", "swap_s", "schedule_s"):
         total = float(steps[key].sum()) if key in steps and len(steps) else float("nan")

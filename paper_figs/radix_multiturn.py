@@ -1,7 +1,7 @@
 """Radix tree vs hash-chained prefix cache vs block (page) size on multi-turn chat.
 
-x: block size (log2); one line per cache. Panels: prefix hit rate (matched pages / queried
-pages of each admitted prompt), cached share of the pool (reusable K/V no sequence owns, time
+x: block size (log2); one line per cache. Panels: token hit rate (prompt tokens served from
+the cache / prompt tokens bar the last, over every admit), cached share of the pool (reusable K/V no sequence owns, time
 weighted), mean TTFT.
 """
 from __future__ import annotations
@@ -15,13 +15,13 @@ from paper_figs import beyond, common
 
 NAME = "radix_multiturn"
 EXPERIMENT = "radix-multiturn"
-PANELS = (("prefix_hit_rate", "prefix hit rate (%)", 100.0), ("mem_cached_frac", "cached (% of KV pool)", 100.0),
+PANELS = (("prefix_token_hit_rate", "token hit rate (%)", 100.0), ("mem_cached_frac", "cached (% of KV pool)", 100.0),
           ("mean_ttft_s", "mean TTFT (s)", 1.0))
 
 
 def draw(index_df: pd.DataFrame, out_dir: str | Path, results_root: str | Path,
          experiment: str | None = None) -> list[Path]:
-    runs = common.pick(index_df, NAME, experiment or EXPERIMENT, need=["prefix_hit_rate", "block_size"])
+    runs = common.pick(index_df, NAME, experiment or EXPERIMENT, need=["prefix_token_hit_rate", "block_size"])
     if runs is None:
         return []
     runs = common.numeric(runs, "block_size", *(key for key, _, _ in PANELS))

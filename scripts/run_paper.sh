@@ -6,6 +6,7 @@ cd "$(dirname "$0")/.."
 RESULTS=${RESULTS:-results}
 JOBS=${JOBS:-2}
 KVBENCH=${KVBENCH:-.venv/bin/kvbench}
+ONLY_GIVEN=${EXPERIMENTS:+1}  # a caller's EXPERIMENTS runs only those (no beyond block)
 EXPERIMENTS=${EXPERIMENTS:-"paper-breakdown paper-batch-sharegpt paper-batch-alpaca paper-block-size paper-memmap
   paper-sharing-parallel paper-sharing-beam paper-sharing-prefix paper-pressure
   paper-rate-opt13b-sharegpt paper-rate-opt66b-sharegpt paper-rate-opt175b-sharegpt
@@ -17,4 +18,17 @@ for e in $EXPERIMENTS; do
     > "$RESULTS/log-$e.txt" 2>&1 || { echo "FAILED $e (see $RESULTS/log-$e.txt)"; failed=1; }
   echo "$e: $(( $(date +%s) - start )) s"
 done
+
+# Beyond the paper: the allocators after PagedAttention (radix, vattention), into $RESULTS/beyond.
+if [ -z "$ONLY_GIVEN" ]; then
+  BEYOND="$RESULTS/beyond"
+  mkdir -p "$BEYOND"
+  for e in ${BEYOND_EXPERIMENTS:-allocators-2025-sharegpt allocators-2025-multiturn allocators-2025-sysprompt \
+      radix-multiturn vattention-pages-opt-13b vattention-pages-llama-3-8b vattention-pages-llama-3-70b}; do
+    start=$(date +%s)
+    $KVBENCH -m "experiment=$e" "results_dir=$BEYOND" hydra/launcher=joblib "hydra.launcher.n_jobs=$JOBS" "$@" \
+      > "$BEYOND/log-$e.txt" 2>&1 || { echo "FAILED $e (see $BEYOND/log-$e.txt)"; failed=1; }
+    echo "$e: $(( $(date +%s) - start )) s"
+  done
+fi
 exit $failed

@@ -23,7 +23,7 @@ def row(i: int, experiment: str, alloc: tuple, **values) -> dict:
             "mem_token_frac": 0.5, "mem_reserved_frac": 0.1, "mem_internal_frac": 0.1,
             "mem_external_frac": 0.2 if caching else 0.3, "mem_cached_frac": 0.1 if caching else None,
             "mean_batch_size": 10.0 + i % 7, "request_throughput": 2.0 + i % 3, "mean_ttft_s": 0.5 + i % 4,
-            "prefix_hit_rate": 0.3 if caching else None}
+            "prefix_hit_rate": 0.3 if caching else None, "prefix_token_hit_rate": 0.25 if caching else None}
     return {**base, **values}
 
 
