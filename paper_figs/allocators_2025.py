@@ -2,7 +2,7 @@
 
 Rows: the five-way memory breakdown (time-weighted; ``cached`` = reusable prefix K/V no
 sequence owns, external in the paper's four-way view), mean batch size, request throughput,
-mean TTFT; columns: ShareGPT single turn, multi-turn chat, shared system prompts. The prefix
+mean TTFT (log scale); columns: ShareGPT single turn, multi-turn chat, shared system prompts. The prefix
 hit rate is printed on the caching allocators' batch-size bars.
 """
 from __future__ import annotations
@@ -63,6 +63,8 @@ def draw(index_df: pd.DataFrame, out_dir: str | Path, results_root: str | Path,
                     if hit == hit:  # not NaN: a caching allocator
                         ax.text(xi, values[list(present).index(lab)], f"hit\n{100 * hit:.0f}%",
                                 ha="center", va="bottom", fontsize=7)
+            if metric == "mean_ttft_s":
+                ax.set_yscale("log")  # Orca (Max) waits minutes, the caches tens of milliseconds
             if col == 0:
                 ax.set_ylabel(ylabel)
         for ax in axes[:, col]:
