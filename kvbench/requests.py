@@ -18,7 +18,8 @@ class FollowUp:
 
 @dataclass(slots=True)
 class Request:
-    """One client request. The engine generates exactly ``output_len`` tokens (EOS ignored)."""
+    """One client request. The engine generates ``output_len`` tokens per sample, fewer only where a
+    sample samples a stop token (``workload.ignore_eos=false`` on hf)."""
 
     request_id: int
     prompt_ids: list[int]
