@@ -5,6 +5,7 @@ command line is composed and checked with Hydra's compose API before the Hydra a
 """
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import time
@@ -111,11 +112,14 @@ def prepare(cfg: DictConfig) -> Prepared:
 
 
 def _identity(cfg: DictConfig, prep: Prepared, run_id: str) -> dict:
+    from kvbench.naming import allocator_label, hydra_choice
+
     alloc = cfg.allocator
     return {
         "run_id": run_id,
         "experiment": str(cfg.experiment_name),
         "allocator": str(alloc.name),
+        "allocator_label": allocator_label(str(alloc.name), alloc.get("reserve"), hydra_choice()),
         "reserve": alloc.get("reserve"),
         "block_size": int(alloc.block_size) if alloc.get("block_size") is not None else (
             prep.allocator.block_size if alloc.name == "vattention" else None),  # vattention: auto
@@ -153,7 +157,7 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None, logger=None, run_id:
         max_model_len=int(cfg.model.max_model_len),
         stop_token_ids=_stop_token_ids(cfg, prep),
     )
-    progress = _progress_bar(cfg, len(requests), f"{cfg.allocator.name}")
+    progress = _progress_bar(cfg, len(requests), _job_label(cfg))
     wall0 = time.perf_counter()
     try:
         engine = Engine(prep.allocator, prep.executor, sched_cfg, max_steps=eng.get("max_steps"),
@@ -164,7 +168,7 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None, logger=None, run_id:
     finally:
         if progress:
             progress.close()
-    summary = _identity(cfg, prep, run_id) | out.summary | _extras(cfg, prep, out)
+    summary = _identity(cfg, prep, run_id) | out.summary | _serving(cfg, out) | _extras(cfg, prep, out)
     summary["wall_s"] = time.perf_counter() - wall0
     run_dir = Path(run_dir) if run_dir is not None else Path(cfg.results_dir) / "runs" / str(cfg.experiment_name) / run_id
     index = Path(cfg.results_dir) / "index.jsonl"
@@ -198,6 +202,16 @@ def _stop_token_ids(cfg: DictConfig, prep: Prepared) -> tuple[int, ...]:
         raise ConfigError(f"workload.ignore_eos=false but model {cfg.model.name} names no EOS token "
                           "(set model.eos_token_id; dummy weights have none)")
     return ids
+
+
+def _serving(cfg: DictConfig, out) -> dict:
+    """vLLM's serving metrics at the configured percentiles and goodput SLOs."""
+    from kvbench.metrics import parse_goodput, parse_percentiles, serving_metrics
+
+    metrics = cfg.get("metrics") or {}
+    return serving_metrics(out.requests, out.summary["duration_s"],
+                           percentiles=parse_percentiles(metrics.get("percentiles")),
+                           goodput=parse_goodput(metrics.get("goodput")))
 
 
 def _extras(cfg: DictConfig, prep: Prepared, out) -> dict:
@@ -257,6 +271,19 @@ def _log(logger, summary: dict, out, run_dir: Path) -> None:
                                          title=f"{summary['allocator']} / {summary['workload']}")])
 
 
+def _job_label(cfg: DictConfig) -> str:
+    """The progress bar's label: a sweep job's overrides, else the allocator's label."""
+    from kvbench.naming import allocator_label, hydra_choice
+
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        job = HydraConfig.get().job.override_dirname
+    except ValueError:
+        job = ""
+    return job or allocator_label(str(cfg.allocator.name), cfg.allocator.get("reserve"), hydra_choice())
+
+
 class _Progress:
     def __init__(self, bar) -> None:
         self.bar = bar
@@ -277,17 +304,20 @@ def _progress_bar(cfg: DictConfig, total: int, desc: str) -> _Progress | None:
     return _Progress(tqdm(total=total, desc=desc, unit="req", delay=2.0, leave=False, file=sys.stderr))
 
 
-SHOW_COLUMNS = ("allocator", "reserve", "block_size", "workload", "num_finished", "num_rejected",
+SHOW_COLUMNS = ("allocator_label", "reserve", "block_size", "workload", "num_finished", "num_rejected",
                 "mean_batch_size", "request_throughput", "normalized_latency_s", "mem_token_frac",
                 "mem_reserved_frac", "mem_internal_frac", "mem_external_frac", "num_preemptions")
 
 
 def format_table(rows: list[dict], columns=SHOW_COLUMNS) -> str:
+    """One row per run; ``-`` where a column does not apply."""
     import pandas as pd
+
+    from kvbench.naming import cell
 
     frame = pd.DataFrame(rows)
     cols = [c for c in columns if c in frame.columns]
-    return frame[cols].to_string(index=False, float_format=lambda x: f"{x:.4g}", na_rep="-")
+    return frame[cols].astype(object).map(cell).to_string(index=False)
 
 
 # -- command line ------------------------------------------------------------------------------
@@ -322,7 +352,13 @@ def _job_overrides(overrides: list[str], multirun: bool) -> list[list[str]]:
     from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    parsed = OverridesParser.create().parse_overrides(overrides)
+    from hydra.core.override_parser.types import ValueType
+
+    # the basic sweeper's own expansion for what it can expand; an interval (Optuna, Ax,
+    # Nevergrad) is left to the sweeper and each of its jobs validates itself before it runs
+    expandable = (ValueType.CHOICE_SWEEP, ValueType.GLOB_CHOICE_SWEEP, ValueType.RANGE_SWEEP)
+    parsed = [o for o in OverridesParser.create().parse_overrides(overrides)
+              if not o.is_sweep_override() or o.value_type in expandable]
     jobs = [job for batch in BasicSweeper.split_arguments(parsed, None) for job in batch]
     return jobs or [[]]
 
@@ -378,6 +414,9 @@ def _hydra_main(cfg: DictConfig) -> float | None:
                          run_dir=Path(hc.runtime.output_dir))
         summary = run(cfg, run_dir=hc.runtime.output_dir, logger=logger, run_id=run_id)
     except _errors() as exc:
+        if multirun and "optuna" in str(hc.sweeper.get("_target_", "")).lower():
+            logging.getLogger("kvbench").error("job %s: %s", hc.job.override_dirname, exc)
+            return float("nan")  # Optuna records a failed trial and goes on with the study
         if multirun:
             raise  # this job fails; the launcher finishes the others
         print(f"kvbench: error: {exc}", file=sys.stderr)
@@ -385,8 +424,10 @@ def _hydra_main(cfg: DictConfig) -> float | None:
     finally:
         if logger is not None:
             logger.finish(exit_code=0 if sys.exc_info()[0] is None else 1)
-    print(format_table([summary]))
-    return summary.get("request_throughput")
+    log = logging.getLogger("kvbench")  # Hydra sends it to the console and the run's app.log
+    log.info("\n%s", format_table([summary]))
+    log.info("results: %s", hc.runtime.output_dir)
+    return summary.get(str(cfg.get("optimized_metric") or "request_throughput"))
 
 
 def main() -> None:

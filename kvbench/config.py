@@ -74,6 +74,21 @@ def validate(cfg) -> None:
     rate = wl.get("request_rate")
     if rate is not None and (not isinstance(rate, (int, float)) or math.isnan(rate) or rate <= 0):
         raise ConfigError(f"workload.request_rate must be > 0 or inf; got {rate!r}")
+    _check_metrics(cfg)
     path = wl.get("path")
     if path and not Path(str(path)).expanduser().exists():
         raise ConfigError(f"workload.path: file not found: {path}")
+
+
+def _check_metrics(cfg) -> None:
+    from kvbench.metrics import MetricsConfigError, parse_goodput, parse_percentiles
+
+    metrics = cfg.get("metrics") or {}
+    try:
+        parse_percentiles(metrics.get("percentiles"))
+        parse_goodput(metrics.get("goodput"))
+    except MetricsConfigError as exc:
+        raise ConfigError(str(exc)) from None
+    metric = cfg.get("optimized_metric")
+    if metric is not None and not isinstance(metric, str):
+        raise ConfigError(f"optimized_metric must be a summary column name; got {metric!r}")

@@ -4,7 +4,7 @@ throughput, and goodput under SLOs.
 Definitions (the same as vLLM's ``benchmarks/serve.py``, so the two summaries read alike):
 
 - TTFT: first token time minus arrival time, per completed request.
-- TPOT: (end-to-end latency - TTFT) / (output tokens - 1), per completed request with more
+- TPOT: (end-to-end latency - TTFT) / (tokens of the longest sample - 1), per completed request with more
   than one output token (the first token is excluded).
 - ITL: the gaps between consecutive tokens of a request's stream, pooled over every completed
   request (a long stall, such as a preemption, is one large ITL sample). A request with
@@ -121,16 +121,20 @@ def serving_metrics(
 ) -> dict[str, float | int | None]:
     """vLLM's serving summary from a requests table (``kvbench.engine.recorder.requests_frame``).
 
-    Uses the columns status, prompt_len, output_len, n, beam_width, ttft_s, e2e_s and
-    token_times_s. ``goodput`` maps SLO names to ms; without it goodput columns are None.
+    Uses the columns status, prompt_len, generated_len and generated_tokens (else output_len,
+    n and beam_width), ttft_s, e2e_s and token_times_s. ``goodput`` maps SLO names to ms; without it goodput columns are None.
     """
     done = requests[requests["status"] == "finished"] if len(requests) else requests
     failed = int((requests["status"] != "finished").sum()) if len(requests) else 0
     rate = (lambda x: x / duration_s) if duration_s > 0 else (lambda x: None)
     if len(done):
-        samples = np.where(done["beam_width"].to_numpy() > 1, 1, done["n"].to_numpy())
-        out_tokens_per_request = done["output_len"].to_numpy() * samples
-        output_len = done["output_len"].to_numpy()
+        if "generated_tokens" in done:  # what the samples really produced (an EOS may stop them early)
+            out_tokens_per_request = done["generated_tokens"].to_numpy(dtype=float)
+            output_len = done["generated_len"].to_numpy(dtype=float)
+        else:
+            samples = np.where(done["beam_width"].to_numpy() > 1, 1, done["n"].to_numpy())
+            out_tokens_per_request = done["output_len"].to_numpy() * samples
+            output_len = done["output_len"].to_numpy()
         if "generated_len" in done:  # fewer than output_len where samples stopped at EOS (ignore_eos=false)
             out_tokens_per_request = done["generated_tokens"].to_numpy()
             output_len = done["generated_len"].to_numpy()
