@@ -32,7 +32,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 BASELINE = Path(__file__).with_name("baseline.json")
-TOLERANCE = 0.20  # noise on this shared machine stayed within +11% over 7 runs; an injected 40% read +32%
+# On the shared 2-core machine: unchanged tree within +11% over 7 runs at moderate load, up to
+# +24% at load average 10; an injected 40% slowdown read +32% and +34%.
+TOLERANCE = 0.20
 ROUNDS = {"allocator": 300, "kernel": 60}
 
 
