@@ -84,6 +84,10 @@ def build_workspace(entity: str, project: str = "kvbench", name: str = DEFAULT_N
             bar("mean_batch_size", "mean batch size"),
             bar("request_throughput", "request throughput (req/s)"),
             bar("normalized_latency_s", "normalized latency (s/token)"),
+            bar("mean_ttft_ms", "mean TTFT (ms)"),
+            bar("p99_itl_ms", "p99 ITL (ms): preemption stalls"),
+            bar("request_goodput", "request goodput (req/s within SLOs)"),
+            vs_rate("p99_itl_ms", "p99 ITL vs request rate"),
             vs_rate("normalized_latency_s", "normalized latency vs request rate"),
             vs_rate("request_throughput", "request throughput vs request rate"),
             wr.ScatterPlot(

@@ -68,7 +68,7 @@ REQUESTS_FILE = "requests.parquet"
 RUN_DIR_COLUMN = "run_dir"  # added to each index row: where the run's files are
 
 DEFAULT_COMPARE_COLUMNS: tuple[str, ...] = (
-    "allocator", "reserve", "block_size", "workload", "request_rate", "mean_batch_size",
+    "allocator_label", "reserve", "block_size", "workload", "request_rate", "mean_batch_size",
     "request_throughput", "normalized_latency_s", *MEM_COLUMNS, "num_preemptions",
 )  # fmt: skip
 
@@ -309,14 +309,18 @@ def _format_cell(value: object) -> str:
 def _markdown(df: pd.DataFrame) -> str:
     header = "| " + " | ".join(df.columns) + " |"
     rule = "| " + " | ".join("---" for _ in df.columns) + " |"
-    body = ["| " + " | ".join(_format_cell(v) for v in row) + " |" for row in df.itertuples(index=False)]
+    body = ["| " + " | ".join(_format_cell(v) or "-" for v in row) + " |" for row in df.itertuples(index=False)]
     return "\n".join([header, rule, *body])
 
 
-def _groups(table: pd.DataFrame) -> Iterable[tuple[str, pd.DataFrame]]:
-    keys = table["experiment"].astype(object).where(table["experiment"].notna(), "(none)")
+def _groups(table: pd.DataFrame, by: Sequence[str] = ("experiment",)) -> Iterable[tuple[str, pd.DataFrame]]:
+    if not by:
+        yield "all runs", table
+        return
+    keys = table[list(by)].astype(object).apply(
+        lambda row: ", ".join("(none)" if pd.isna(v) else str(v) for v in row), axis=1)
     for name in dict.fromkeys(keys):
-        yield str(name), table.loc[keys == name].drop(columns="experiment")
+        yield name, table.loc[keys == name].drop(columns=list(by))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -331,23 +335,43 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="comma-separated columns (default: %(default)s)",
     )
     parser.add_argument("--experiment", help="only runs of this experiment")
+    parser.add_argument("--group-by", default="experiment",
+                        help="comma-separated columns, one table per value (%(default)s; '' for one table)")
+    parser.add_argument("--sort", default="", help="comma-separated columns; -COL sorts descending (write --sort=-COL)")
+    parser.add_argument("--where", action="append", default=[], metavar="COL OP VALUE",
+                        help="keep rows where e.g. allocator_label=orca-max, request_rate>=2 (repeatable)")
+    parser.add_argument("--sweep", help="only runs of this sweep directory (results/runs/<experiment>/<sweep>)")
     parser.add_argument("--format", choices=("table", "csv", "markdown"), default="table")
     args = parser.parse_args(argv)
 
+    from kvbench.query import QueryError, in_sweep, sort, where as select, with_labels
+
     columns = [c.strip() for c in args.columns.split(",") if c.strip()]
+    group_by = [c.strip() for c in args.group_by.split(",") if c.strip()]
     try:
-        df = load_index(args.index)
+        df = with_labels(load_index(args.index))
     except FileNotFoundError:
         print(f"kvbench-results: no index at {args.index}", file=sys.stderr)
         return 2
+    if args.experiment is not None:
+        df = df[df["experiment"] == args.experiment]
     try:
-        table = compare(df, columns, by=("experiment",))
+        df = select(df, args.where)
+        if args.sweep:
+            df = in_sweep(df, Path(args.index), Path(args.sweep))
+        sort_keys = [k.strip() for k in args.sort.split(",") if k.strip()]
+        # --sort orders the rows (groups keep their first appearance); else rows go by group
+        if sort_keys:
+            table = compare(sort(df, sort_keys), [*group_by, *columns], by=())
+        else:
+            table = compare(df, columns, by=group_by)
+    except QueryError as e:
+        print(f"kvbench-results: {e}", file=sys.stderr)
+        return 2
     except KeyError as e:
         known = ", ".join(df.columns)
-        print(f"kvbench-results: --columns: {e.args[0]} (known: {known})", file=sys.stderr)
+        print(f"kvbench-results: --columns/--group-by: {e.args[0]} (known: {known})", file=sys.stderr)
         return 2
-    if args.experiment is not None:
-        table = table[table["experiment"] == args.experiment].reset_index(drop=True)
     if table.empty:
         where = f" for experiment {args.experiment!r}" if args.experiment is not None else ""
         print(f"kvbench-results: no runs in {args.index}{where}", file=sys.stderr)
@@ -357,7 +381,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         table.to_csv(sys.stdout, index=False)
         return 0
     blocks = []
-    for name, group in _groups(table):
+    for name, group in _groups(table, group_by):
         if args.format == "markdown":
             blocks.append(f"### {name}\n\n{_markdown(group)}")
         else:

@@ -19,17 +19,10 @@ log = logging.getLogger("kvbench")
 
 def sweep_runs(index_path: Path, sweep_dir: Path):
     """The index rows (a DataFrame) of runs stored under sweep_dir, in index order."""
-    from kvbench.results import RUN_DIR_COLUMN, load_index
+    from kvbench.query import in_sweep
+    from kvbench.results import load_index
 
-    df = load_index(index_path)
-    base, sweep = index_path.parent.resolve(), sweep_dir.resolve()
-
-    def inside(run_dir: object) -> bool:
-        path = Path(str(run_dir))
-        path = (path if path.is_absolute() else base / path).resolve()
-        return path == sweep or sweep in path.parents
-
-    return df[df[RUN_DIR_COLUMN].map(inside)].reset_index(drop=True)
+    return in_sweep(load_index(index_path), index_path, sweep_dir).reset_index(drop=True)
 
 
 class ComparisonTable(Callback):

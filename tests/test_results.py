@@ -198,7 +198,7 @@ def test_cli_table_groups_by_experiment(index_with_two_experiments, capsys):
     assert results.main(["--index", str(index_with_two_experiments)]) == 0
     out = capsys.readouterr().out
     assert out.index("== fig2 ==") < out.index("== fig7 ==")
-    assert "buddy" in out and "mem_external_frac" in out
+    assert "orca-pow2" in out and "mem_external_frac" in out  # the label, not "buddy"
 
 
 def test_cli_csv_markdown_and_experiment_filter(index_with_two_experiments, capsys):
@@ -217,7 +217,7 @@ def test_cli_csv_markdown_and_experiment_filter(index_with_two_experiments, caps
         "",
         "| allocator | reserve |",
         "| --- | --- |",
-        "| paged |  |",
+        "| paged | - |",
         "| buddy | pow2 |",
     ]
 
@@ -232,3 +232,28 @@ def test_cli_unknown_column_is_one_line_and_exit_2(index_with_two_experiments, c
 def test_cli_missing_index_exit_2(tmp_path, capsys):
     assert results.main(["--index", str(tmp_path / "none.jsonl")]) == 2
     assert "no index" in capsys.readouterr().err
+
+
+def test_cli_group_by_sort_where_and_labels(index_with_two_experiments, capsys):
+    idx = str(index_with_two_experiments)
+    argv = ["--index", idx, "--columns", "allocator_label,request_rate", "--format", "csv"]
+    assert results.main([*argv, "--group-by", "", "--sort=-request_rate,allocator_label"]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "allocator_label,request_rate", "paged,4.0", "orca-pow2,2.0", "paged,2.0"]  # labels filled for old rows
+    assert results.main([*argv, "--where", "request_rate<3", "--where", "allocator_label!=paged"]) == 0
+    assert capsys.readouterr().out.splitlines() == ["experiment,allocator_label,request_rate", "fig2,orca-pow2,2.0"]
+    assert results.main(["--index", idx, "--columns", "request_rate", "--group-by", "allocator_label"]) == 0
+    out = capsys.readouterr().out
+    assert out.index("== orca-pow2 ==") < out.index("== paged ==")  # groups in sorted order
+    for bad in (["--where", "request_rate>>1"], ["--where", "nope=1"], ["--sort", "nope"], ["--group-by", "nope"]):
+        assert results.main(["--index", idx, *bad]) == 2
+        assert len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+def test_cli_sweep_keeps_the_runs_of_one_sweep_directory(tmp_path, capsys):
+    index = tmp_path / "index.jsonl"
+    results.append_index_row(index, {**_summary("a"), "run_dir": "runs/x/sweep1/0"})
+    results.append_index_row(index, {**_summary("b"), "run_dir": "runs/x/sweep2/0"})
+    argv = ["--index", str(index), "--columns", "run_id", "--format", "csv", "--group-by", ""]
+    assert results.main([*argv, "--sweep", str(tmp_path / "runs/x/sweep2")]) == 0
+    assert capsys.readouterr().out.splitlines() == ["run_id", "b"]

@@ -41,7 +41,8 @@ IDENTITY_COLUMNS = (*SUMMARY_COLUMNS[: SUMMARY_COLUMNS.index("seed") + 1], "allo
 ARTIFACT_FILES = ("summary.json", "*.parquet")
 RATE_METRICS = (
     "normalized_latency_s", "mean_ttft_s", "mean_tpot_s", "request_throughput",
-    "output_token_throughput", "mean_batch_size",
+    "output_token_throughput", "mean_batch_size", "mean_ttft_ms", "p99_ttft_ms", "mean_tpot_ms",
+    "mean_itl_ms", "p99_itl_ms", "mean_e2el_ms", "request_goodput", "goodput",
     "mem_token_frac", "mem_reserved_frac", "mem_internal_frac", "mem_external_frac",
 )  # fmt: skip
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".gif", ".bmp"}
