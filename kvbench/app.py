@@ -1,15 +1,28 @@
 """The `kvbench` Hydra app: a thin ``@hydra.main`` over a plain ``run(cfg) -> summary``.
 
 Bad config (a wrong key or value) prints one line and exits 2 before anything is written: the
-command line is composed and checked with Hydra's compose API before the Hydra app starts.
+command line is composed and checked with Hydra's compose API before the Hydra app starts, every
+job of a sweep included (knobs, paths, the results dir, the workload itself).
+
+Every run gets its own directory named by its run_id (``<results_dir>/runs/<experiment>/<run_id>``;
+a sweep's jobs under ``<experiment>/<sweep id>/<run_id>``), ids being ``YYYYmmdd-HHMMSS-<8 hex>``.
+A run is finished when its ``summary.json`` exists: it is written last, after the data files, and
+the index row right after it, with SIGINT/SIGTERM held back for that step. A run that fails or is
+interrupted before that removes its directory (exit 2 for bad input, 130 for SIGINT, 143 for
+SIGTERM); one killed outright leaves a directory without ``summary.json``, which readers ignore
+and ``kvbench-results --clean`` removes.
 """
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
+import shutil
+import signal
 import sys
 import time
 import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -90,11 +103,7 @@ def prepare(cfg: DictConfig) -> Prepared:
     geometry = KVGeometry.from_model_cfg(cfg.model)
     kv_bytes, device, gpu_profile = _kv_bytes(cfg)
     num_slots, allocator = _allocator(cfg, geometry, kv_bytes)
-    from kvbench.workloads import build_workload
-
-    workload = build_workload(cfg.workload, vocab_size=int(cfg.model.vocab_size),
-                              max_model_len=int(cfg.model.max_model_len),
-                              tokenizer_name=cfg.model.get("tokenizer"))
+    workload = _workload(cfg)
     if cfg.backend.name == "sim":
         from kvbench.executors.sim import SimExecutor
 
@@ -109,6 +118,23 @@ def prepare(cfg: DictConfig) -> Prepared:
             gpu_profile = str(cfg.gpu.name)  # the profile that times the steps
     return Prepared(geometry, num_slots * geometry.bytes_per_slot, num_slots, allocator, workload,
                     executor, device, gpu_profile)
+
+
+_WORKLOADS: dict[str, object] = {}  # built by the pre-check, reused by the run in the same process
+
+
+def _workload(cfg: DictConfig):
+    """The run's request stream; built once per process for the same workload and model limits."""
+    from kvbench.workloads import build_workload
+
+    key = repr((OmegaConf.to_container(cfg.workload, resolve=True), int(cfg.model.vocab_size),
+                int(cfg.model.max_model_len), cfg.model.get("tokenizer")))
+    if key not in _WORKLOADS:
+        _WORKLOADS.clear()
+        _WORKLOADS[key] = build_workload(cfg.workload, vocab_size=int(cfg.model.vocab_size),
+                                         max_model_len=int(cfg.model.max_model_len),
+                                         tokenizer_name=cfg.model.get("tokenizer"))
+    return _WORKLOADS[key]
 
 
 def _identity(cfg: DictConfig, prep: Prepared, run_id: str) -> dict:
@@ -137,7 +163,36 @@ def _identity(cfg: DictConfig, prep: Prepared, run_id: str) -> dict:
 
 
 def new_run_id() -> str:
-    return time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:6]
+    """A run id that no other run gets: the time to the second and 32 random bits."""
+    return time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:8]
+
+
+def _id_resolver(_key: str = "") -> str:
+    return new_run_id()
+
+
+# ``${kvbench_id:run}`` in conf/config.yaml: cached per config, so every read of hydra.run.dir
+# gives the same id; Hydra copies the cache into each sweep job's config, hence one sweep dir.
+OmegaConf.register_new_resolver("kvbench_id", _id_resolver, use_cache=True, replace=True)
+
+
+class Terminated(BaseException):
+    """SIGTERM, raised like KeyboardInterrupt so that the run cleans up."""
+
+
+def _raise_terminated(signum, frame) -> None:
+    raise Terminated()
+
+
+@contextmanager
+def _signals_held():
+    """Hold SIGINT and SIGTERM back while a run completes; they arrive right after."""
+    held = {signal.SIGINT, signal.SIGTERM}
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 def run(cfg: DictConfig, run_dir: str | Path | None = None, logger=None, run_id: str | None = None) -> dict:
@@ -174,7 +229,8 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None, logger=None, run_id:
     index = Path(cfg.results_dir) / "index.jsonl"
     if out.memmap is not None:
         _save_npz(run_dir / "memmap.npz", out.memmap)
-    write_run(run_dir, summary, out.steps, out.requests, index)
+    with _signals_held():
+        write_run(run_dir, summary, out.steps, out.requests, index)
     if logger is not None:
         _log(logger, summary, out, run_dir)
     return summary
@@ -236,6 +292,8 @@ def _extras(cfg: DictConfig, prep: Prepared, out) -> dict:
         "gpu_count": int(cfg.gpu.get("count", 1)) if cfg.backend.name == "sim" else None,
         # step times: measured (wall) or the cost model's (virtual; always so on sim)
         "clock": str(eng.get("clock", "wall")) if cfg.backend.name == "hf" else "virtual",
+        "num_clipped": prep.workload.meta.get("clipped_to_context"),  # requests cut to fit the model
+        "workload_pool": prep.workload.meta.get("pairs_after_filter"),  # distinct pairs drawn from (data)
         "num_steps": len(steps),
         "swap_out_slots": out.swap_out_slots,  # K/V slots copied to / from the host pool
         "swap_in_slots": out.swap_in_slots,
@@ -363,6 +421,37 @@ def _job_overrides(overrides: list[str], multirun: bool) -> list[list[str]]:
     return jobs or [[]]
 
 
+def check_job(cfg: DictConfig) -> None:
+    """Every check of one composed job that needs no model weights: raises a kvbench error."""
+    from kvbench.resultsdir import check_results_dir
+
+    validate(cfg)
+    check_results_dir(Path(cfg.results_dir))
+    if cfg.backend.name == "sim":
+        _allocator(cfg, KVGeometry.from_model_cfg(cfg.model), _kv_bytes(cfg)[0])
+    else:
+        _check_hf(cfg)
+    _workload(cfg)
+
+
+def _check_hf(cfg: DictConfig) -> None:
+    """The hf backend's device, attention path and explicit KV size, before any model is built."""
+    from kvbench.executors.hf import resolve_device
+
+    device = resolve_device(cfg.engine.device)
+    if cfg.engine.attention == "triton" and device == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
+        raise ConfigError("engine.attention=triton needs a CUDA device (or TRITON_INTERPRET=1 on the CPU); "
+                          "use auto or torch")
+    kv = cfg.engine.kv_cache_bytes
+    if kv is not None and device == "cpu":
+        ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        if kv > ram:
+            raise ConfigError(f"engine.kv_cache_bytes: {kv:.4g} bytes is more than this machine's memory "
+                              f"({ram / 2**30:.1f} GiB)")
+    if kv is not None:
+        _allocator(cfg, KVGeometry.from_model_cfg(cfg.model), int(kv))
+
+
 def precheck(argv: list[str]) -> str | None:
     """Compose and validate every job of the command line; the one-line error, or None."""
     overrides, multirun, skip = _split_argv(argv)
@@ -376,11 +465,9 @@ def precheck(argv: list[str]) -> str | None:
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
             for job in jobs:
                 cfg = compose(config_name="config", overrides=[o for o in job if not o.startswith("hydra")])
-                validate(cfg)
-                if cfg.backend.name == "sim":
-                    _allocator(cfg, KVGeometry.from_model_cfg(cfg.model), _kv_bytes(cfg)[0])
-    except ConfigError as exc:
-        return str(exc)
+                check_job(cfg)
+    except _errors() as exc:
+        return str(exc).splitlines()[0] if str(exc).strip() else type(exc).__name__
     except (HydraException, ValueError) as exc:
         lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip() and not ln.startswith("To append")]
         cause = exc.__cause__
@@ -394,47 +481,126 @@ def precheck(argv: list[str]) -> str | None:
     return None
 
 
+def _run_dir_and_id(hc) -> tuple[Path, str]:
+    """The job's directory (Hydra made it) and its run_id, the directory's name when it is one."""
+    run_dir = Path(hc.runtime.output_dir)
+    if (run_dir / "summary.json").exists():
+        raise ConfigError(f"hydra.run.dir: {run_dir} already holds a finished run; give a new directory")
+    return run_dir, run_dir.name if _looks_like_run_id(run_dir.name) else new_run_id()
+
+
+def _looks_like_run_id(name: str) -> bool:
+    parts = name.split("-")
+    return len(parts) == 3 and parts[0].isdigit() and parts[1].isdigit() and len(parts[2]) == 8
+
+
+def _discard(run_dir: Path) -> bool:
+    """Remove an unfinished run's directory and the empty folders made for it; whether it was removed."""
+    if (run_dir / "summary.json").exists():
+        return False
+    shutil.rmtree(run_dir, ignore_errors=True)
+    keep = Path(os.environ.get("KVBENCH_KEEP_DIR", "/")).resolve()
+    parent = run_dir.resolve().parent
+    while parent != keep and keep in parent.parents:
+        try:
+            parent.rmdir()
+        except OSError:
+            break
+        parent = parent.parent
+    return True
+
+
+def _hold_run_lock(run_dir: Path):
+    """An exclusive lock on ``<run_dir>/.running`` for the life of the process: a directory without
+    summary.json whose lock is free belongs to a dead run (``kvbench-results --clean``)."""
+    handle = open(run_dir / ".running", "w")
+    fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+    return handle
+
+
 def _hydra_main(cfg: DictConfig) -> float | None:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
 
     hc = HydraConfig.get()
     multirun = hc.mode == RunMode.MULTIRUN
-    from kvbench.loggers import build_logger
-
+    run_dir = Path(hc.runtime.output_dir)
     logger = None
-    run_id = new_run_id()
+    lock = None
     try:
+        run_dir, run_id = _run_dir_and_id(hc)
+        lock = _hold_run_lock(run_dir)
         if cfg.logger.name != "none":
+            check_job(cfg)  # the workload and pool before the logger makes anything
+            from kvbench.loggers import build_logger
+
             logger = build_logger(cfg.logger)
             group = cfg.logger.get("group") or (f"{cfg.experiment_name}-{Path(hc.sweep.dir).name}" if multirun else None)
             tags = [f"experiment={cfg.experiment_name}"]
             logger.start(OmegaConf.to_container(cfg, resolve=True), run_id=run_id,
-                         name=None, group=group, tags=tags,
-                         run_dir=Path(hc.runtime.output_dir))
-        summary = run(cfg, run_dir=hc.runtime.output_dir, logger=logger, run_id=run_id)
-    except _errors() as exc:
+                         name=None, group=group, tags=tags, run_dir=run_dir)
+        summary = run(cfg, run_dir=run_dir, logger=logger, run_id=run_id)
+    except (KeyboardInterrupt, Terminated) as exc:
+        code, what = (143, "terminated") if isinstance(exc, Terminated) else (130, "interrupted")
+        _finish_logger(logger, 1)
+        logger = None
+        kept = f"the finished run stays in {run_dir}" if not _discard(run_dir) else "its unfinished run dir was removed"
+        print(f"kvbench: {what}; {kept}", file=sys.stderr)
+        sys.exit(code)
+    except _errors() + (OSError,) as exc:
+        _finish_logger(logger, 1)
+        logger = None
+        _discard(run_dir)
         if multirun and "optuna" in str(hc.sweeper.get("_target_", "")).lower():
             logging.getLogger("kvbench").error("job %s: %s", hc.job.override_dirname, exc)
             return float("nan")  # Optuna records a failed trial and goes on with the study
         if multirun:
             raise  # this job fails; the launcher finishes the others
-        print(f"kvbench: error: {exc}", file=sys.stderr)
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        print(f"kvbench: error: {first}; nothing was kept", file=sys.stderr)
         sys.exit(2)
+    except BaseException:
+        _finish_logger(logger, 1)
+        logger = None
+        _discard(run_dir)
+        raise
     finally:
-        if logger is not None:
-            logger.finish(exit_code=0 if sys.exc_info()[0] is None else 1)
+        _finish_logger(logger, 0)
+        if lock is not None:
+            lock.close()
+            if (run_dir / "summary.json").exists():
+                (run_dir / ".running").unlink(missing_ok=True)
     log = logging.getLogger("kvbench")  # Hydra sends it to the console and the run's app.log
     log.info("\n%s", format_table([summary]))
-    log.info("results: %s", hc.runtime.output_dir)
+    log.info("results: %s", run_dir)
     return summary.get(str(cfg.get("optimized_metric") or "request_throughput"))
 
 
+def _finish_logger(logger, exit_code: int) -> None:
+    if logger is not None:
+        logger.finish(exit_code=exit_code)
+
+
+def _keep_dir(argv: list[str]) -> str:
+    """The deepest folder on the way to the runs that exists now: cleanup never removes it."""
+    results = next((a.split("=", 1)[1] for a in reversed(argv) if a.startswith("results_dir=")), "results")
+    folder = Path(results or ".").resolve()
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    return str(folder)
+
+
 def main() -> None:
-    error = precheck(sys.argv[1:])
+    signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        error = precheck(sys.argv[1:])
+    except (KeyboardInterrupt, Terminated) as exc:
+        print("kvbench: interrupted before the run started; nothing was written", file=sys.stderr)
+        sys.exit(143 if isinstance(exc, Terminated) else 130)
     if error:
         print(f"kvbench: error: {error}", file=sys.stderr)
         sys.exit(2)
+    os.environ.setdefault("KVBENCH_KEEP_DIR", _keep_dir(sys.argv[1:]))
     import hydra
 
     hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")(_hydra_main)()

@@ -21,9 +21,31 @@ def _positive_int(key: str, value, minimum: int = 1) -> None:
         raise ConfigError(f"{key} must be an integer >= {minimum}; got {value!r}")
 
 
+def _check_paths(cfg) -> None:
+    results = cfg.get("results_dir")
+    if not isinstance(results, str) or not results.strip():
+        raise ConfigError(f"results_dir must be a non-empty path; got {results!r}")
+    name = cfg.get("experiment_name")
+    if (not isinstance(name, str) or not name or name in (".", "..") or "/" in name or "\\" in name
+            or name.startswith(".")):
+        raise ConfigError(f"experiment_name must be a plain folder name (no '/', not starting with '.'); got {name!r}")
+
+
+def _check_prompt_fits(cfg) -> None:
+    """A fixed synthetic prompt that alone fills the model would be clipped on every request."""
+    wl, limit = cfg.workload, cfg.model.max_model_len
+    if wl.get("distribution") == "fixed" and isinstance(wl.get("prompt_len"), int) and wl.prompt_len >= limit:
+        raise ConfigError(f"workload.prompt_len must be < model.max_model_len ({limit}) so that one output token "
+                          f"fits; got {wl.prompt_len}")
+
+
 def validate(cfg) -> None:
     """Cheap checks of every knob the run reads; the allocator and workload check their own."""
     from allocators import STRATEGIES
+    from kvbench.validate import check_rules
+
+    _check_paths(cfg)
+    check_rules(cfg)
 
     _choice(cfg, "allocator.name", cfg.allocator.name, sorted(STRATEGIES))
     _choice(cfg, "backend.name", cfg.backend.name, ("sim", "hf"))
@@ -75,6 +97,7 @@ def validate(cfg) -> None:
     if rate is not None and (not isinstance(rate, (int, float)) or math.isnan(rate) or rate <= 0):
         raise ConfigError(f"workload.request_rate must be > 0 or inf; got {rate!r}")
     _check_metrics(cfg)
+    _check_prompt_fits(cfg)
     path = wl.get("path")
     if path and not Path(str(path)).expanduser().exists():
         raise ConfigError(f"workload.path: file not found: {path}")

@@ -6,10 +6,22 @@ in the same directory and renamed into place, so an interrupted run leaves eithe
 or the new one, never half of one. ``summary.json`` is written last: its presence marks a
 complete run.
 
+A run is finished when its ``summary.json`` exists; a run directory without one (a run killed
+outright, leftover ``*.tmp`` files) is unfinished: readers ignore it, ``kvbench-results --clean``
+removes it once no live process holds its ``.running`` lock.
+
+Strict JSON: ``summary.json`` and index rows never hold NaN or Infinity. NaN is written as null;
+an infinite value (a burst workload's ``request_rate``) is written as null and named in the
+row's ``nonfinite`` column as ``key=inf`` (comma-separated when several), so jq, duckdb and
+pandas read every line; ``load_index`` and ``load_summary`` put the infinities back.
+
 The index (``results/index.jsonl``) holds one JSON object per line, one line per finished run.
 Runs append to it under an exclusive ``fcntl.flock`` on a sibling lock file, so concurrent jobs
 (joblib processes, submitit tasks on a shared file system with working locks) can share it; it
-is never rewritten. A run that is repeated under the same ``run_id`` appends a new line, and
+is never rewritten except by ``kvbench-results --reindex``, which rebuilds it from the finished
+run directories under ``runs/`` (after a crash between ``summary.json`` and the append, a lost or
+damaged index). An append that fails (a full disk) is cut back to the old size, so a line is
+whole or absent. A run that is repeated under the same ``run_id`` appends a new line, and
 readers keep the last one.
 
 ``kvbench-results`` prints a comparison table from the index.
@@ -90,9 +102,34 @@ def clean_summary(summary: Mapping[str, object]) -> dict[str, object]:
             raise TypeError(f"summary key {key!r} is not a string")
     row = {col: _clean_value(col, summary.get(col)) for col in SUMMARY_COLUMNS}
     for key, value in summary.items():
-        if key not in row:
+        if key not in row and key != NONFINITE_COLUMN:
             row[key] = _clean_value(key, value)
-    return row
+    return _encode_nonfinite(row)
+
+
+NONFINITE_COLUMN = "nonfinite"
+
+
+def _encode_nonfinite(row: dict[str, object]) -> dict[str, object]:
+    """Infinities become null, named in the ``nonfinite`` column (strict JSON)."""
+    named = [f"{k}={'inf' if v > 0 else '-inf'}" for k, v in row.items() if isinstance(v, float) and math.isinf(v)]
+    if not named:
+        return row
+    out = {k: (None if isinstance(v, float) and math.isinf(v) else v) for k, v in row.items()}
+    out[NONFINITE_COLUMN] = ",".join(named)
+    return out
+
+
+def decode_nonfinite(row: dict[str, object]) -> dict[str, object]:
+    """Put back the infinities that ``nonfinite`` names (the inverse of the writer's encoding)."""
+    named = row.get(NONFINITE_COLUMN)
+    if not isinstance(named, str) or not named:
+        return row
+    out = {k: v for k, v in row.items() if k != NONFINITE_COLUMN}
+    for item in named.split(","):
+        key, _, value = item.partition("=")
+        out[key] = float(value)
+    return out
 
 
 def _clean_value(key: str, value: object) -> object:
@@ -141,7 +178,7 @@ def write_run(
     run_dir.mkdir(parents=True, exist_ok=True)
     _atomic_write(run_dir / STEPS_FILE, lambda f: steps.to_parquet(f, index=False))
     _atomic_write(run_dir / REQUESTS_FILE, lambda f: requests.to_parquet(f, index=False))
-    text = json.dumps(row, indent=1) + "\n"
+    text = json.dumps(row, indent=1, allow_nan=False) + "\n"
     _atomic_write(run_dir / SUMMARY_FILE, lambda f: f.write(text.encode()))
 
     index_path = Path(index_path)
@@ -182,7 +219,7 @@ def append_index_row(index_path: str | os.PathLike, row: Mapping[str, object]) -
     """
     index_path = Path(index_path)
     index_path.parent.mkdir(parents=True, exist_ok=True)
-    line = (json.dumps(dict(row)) + "\n").encode()
+    line = (json.dumps(dict(row), allow_nan=False) + "\n").encode()
     lock_path = index_path.with_name(index_path.name + ".lock")
     with open(lock_path, "a") as lock:
         fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
@@ -193,9 +230,13 @@ def append_index_row(index_path: str | os.PathLike, row: Mapping[str, object]) -
                     f.seek(end - 1)
                     if f.read(1) != b"\n":
                         line = b"\n" + line
-                f.write(line)
-                f.flush()
-                os.fsync(f.fileno())
+                try:
+                    f.write(line)
+                    f.flush()
+                    os.fsync(f.fileno())
+                except BaseException:
+                    f.truncate(end)  # never leave a torn line behind
+                    raise
         finally:
             fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
 
@@ -227,7 +268,7 @@ def load_index(path: str | os.PathLike = DEFAULT_INDEX, dedupe: bool = True) -> 
             if i != last:
                 warnings.warn(f"{path}:{i + 1}: skipping a line that is not a JSON object")
             continue
-        rows.append(obj)
+        rows.append(decode_nonfinite(obj))
 
     extras: dict[str, None] = {}
     for obj in rows:
@@ -263,7 +304,7 @@ def run_dir_of(run: str | os.PathLike, index: str | os.PathLike = DEFAULT_INDEX)
 
 def load_summary(run: str | os.PathLike, index: str | os.PathLike = DEFAULT_INDEX) -> dict:
     """A run's summary.json as a dict (run is a run_id or a run directory)."""
-    return json.loads((run_dir_of(run, index) / SUMMARY_FILE).read_text())
+    return decode_nonfinite(json.loads((run_dir_of(run, index) / SUMMARY_FILE).read_text()))
 
 
 def load_steps(run: str | os.PathLike, index: str | os.PathLike = DEFAULT_INDEX) -> pd.DataFrame:
@@ -293,6 +334,78 @@ def compare(
     if by:
         out = out.sort_values(list(by), kind="stable", na_position="last")
     return out.reset_index(drop=True)
+
+
+# ----------------------------------------------------------------------------- finished and unfinished runs
+
+RUNNING_FILE = ".running"  # locked by the live process of a run
+
+
+def run_dirs(runs: Path) -> tuple[list[Path], list[Path]]:
+    """(finished run dirs, unfinished ones) under ``runs``: a run dir has ``.hydra/`` or a summary."""
+    finished, unfinished = [], []
+    for dirpath, dirnames, filenames in os.walk(runs):
+        folder = Path(dirpath)
+        if SUMMARY_FILE in filenames:
+            finished.append(folder)
+            dirnames.clear()
+        elif ".hydra" in dirnames or RUNNING_FILE in filenames:
+            unfinished.append(folder)
+            dirnames.clear()
+    return sorted(finished), sorted(unfinished)
+
+
+def is_abandoned(run_dir: Path) -> bool:
+    """An unfinished run whose process is gone (nobody holds its ``.running`` lock)."""
+    lock_path = run_dir / RUNNING_FILE
+    if not lock_path.exists():
+        return True
+    with open(lock_path, "a") as handle:
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
+    return True
+
+
+def reindex(index_path: str | os.PathLike = DEFAULT_INDEX) -> tuple[int, int]:
+    """Rebuild the index from the finished runs under ``<index folder>/runs``; (rows, unfinished dirs).
+
+    Rows are ordered by the time each summary.json was written. The new index replaces the old
+    one atomically under the index lock, so concurrent appends wait for it.
+    """
+    index_path = Path(index_path)
+    finished, unfinished = run_dirs(index_path.parent / "runs")
+    rows = []
+    for folder in sorted(finished, key=lambda d: (d / SUMMARY_FILE).stat().st_mtime):
+        try:
+            row = json.loads((folder / SUMMARY_FILE).read_text())
+        except ValueError:
+            continue
+        row = clean_summary(decode_nonfinite(row))
+        rows.append({**row, RUN_DIR_COLUMN: _run_dir_for_index(folder, index_path)})
+    text = "".join(json.dumps(r, allow_nan=False) + "\n" for r in rows).encode()
+    lock_path = index_path.with_name(index_path.name + ".lock")
+    index_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock_path, "a") as lock:
+        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
+        try:
+            _atomic_write(index_path, lambda f: f.write(text))
+        finally:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
+    return len(rows), len(unfinished)
+
+
+def clean(index_path: str | os.PathLike = DEFAULT_INDEX) -> list[Path]:
+    """Remove the unfinished run dirs under ``<index folder>/runs`` whose process is gone."""
+    import shutil
+
+    _, unfinished = run_dirs(Path(index_path).parent / "runs")
+    removed = [d for d in unfinished if is_abandoned(d)]
+    for folder in removed:
+        shutil.rmtree(folder, ignore_errors=True)
+    return removed
 
 
 # ----------------------------------------------------------------------------- CLI
@@ -342,7 +455,24 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="keep rows where e.g. allocator_label=orca-max, request_rate>=2 (repeatable)")
     parser.add_argument("--sweep", help="only runs of this sweep directory (results/runs/<experiment>/<sweep>)")
     parser.add_argument("--format", choices=("table", "csv", "markdown"), default="table")
+    parser.add_argument("--reindex", action="store_true",
+                        help="rebuild the index from the finished run dirs under runs/ next to it, then exit")
+    parser.add_argument("--clean", action="store_true",
+                        help="remove unfinished run dirs (no summary.json, process gone), then exit")
     args = parser.parse_args(argv)
+    if args.reindex or args.clean:
+        try:
+            if args.clean:
+                removed = clean(args.index)
+                print(f"kvbench-results: removed {len(removed)} unfinished run dirs")
+            if args.reindex:
+                rows, unfinished = reindex(args.index)
+                print(f"kvbench-results: {args.index}: {rows} finished runs; {unfinished} unfinished run dirs "
+                      "ignored (--clean removes those whose process is gone)")
+        except OSError as exc:
+            print(f"kvbench-results: cannot rewrite {args.index}: {exc.strerror or exc}", file=sys.stderr)
+            return 2
+        return 0
 
     from kvbench.query import QueryError, in_sweep, sort, where as select, with_labels
 

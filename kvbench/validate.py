@@ -1,0 +1,145 @@
+"""The table of numeric and boolean knobs and what each allows, checked before anything is written.
+
+Each ``Rule`` names a config key and its range; ``check_rules(cfg)`` raises ``ConfigError`` with
+one line naming the first wrong key and what is allowed. Add a row to ``RULES`` for a new knob;
+a rule with ``when`` applies only to configs that pass that test (e.g. sim-only GPU fields).
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from kvbench.config import ConfigError
+
+PIB = 2**50
+MAX_REQUESTS = 10_000_000  # as many arrivals as a duration_s workload may make
+BYTES_PER_PROMPT_TOKEN = 36  # a Python int in a list: the pointer plus the int object
+
+
+@dataclass(frozen=True)
+class Rule:
+    key: str  # dotted config key
+    kind: str  # "int", "number" or "bool"
+    low: float | None = None  # inclusive lower bound
+    high: float | None = None  # inclusive upper bound
+    above: float | None = None  # exclusive lower bound
+    optional: bool = False  # null allowed
+    allow_inf: bool = False
+    when: Callable[[object], bool] | None = None
+
+    def allowed(self) -> str:
+        what = {"int": "an integer", "number": "a number", "bool": "true or false"}[self.kind]
+        bounds = []
+        if self.above is not None:
+            bounds.append(f"> {self.above:g}")
+        if self.low is not None:
+            bounds.append(f">= {self.low:g}")
+        if self.high is not None:
+            bounds.append(f"<= {self.high:g}")
+        text = what + (" " + " and ".join(bounds) if bounds else "")
+        if self.allow_inf:
+            text += " (or inf)"
+        return text + (" or null" if self.optional else "")
+
+    def check(self, value: object) -> None:
+        if value is None and self.optional:
+            return
+        if not self._fits(value):
+            raise ConfigError(f"{self.key} must be {self.allowed()}; got {value!r}")
+
+    def _fits(self, value: object) -> bool:
+        if self.kind == "bool":
+            return isinstance(value, bool)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return False
+        if self.kind == "int" and not isinstance(value, int):
+            return False
+        if math.isnan(value) or (math.isinf(value) and not (self.allow_inf and value > 0)):
+            return False
+        if self.above is not None and not value > self.above:
+            return False
+        if self.low is not None and value < self.low:
+            return False
+        return self.high is None or value <= self.high or (self.allow_inf and math.isinf(value))
+
+
+def _sim(cfg) -> bool:
+    """The GPU profile times the steps: the sim backend, or hf with the virtual clock."""
+    return cfg.backend.name == "sim" or cfg.engine.get("clock") == "virtual"
+
+
+def _wandb(cfg) -> bool:
+    return cfg.logger.name == "wandb"
+
+
+def _has(key: str) -> Callable[[object], bool]:
+    return lambda cfg: _select(cfg, key, missing=True) is not _MISSING
+
+
+RULES: list[Rule] = [
+    Rule("seed", "int", low=0, high=2**63 - 1),
+    Rule("progress", "bool"),
+    # GPU profile (sim backend)
+    Rule("gpu.memory_bytes", "number", above=0, high=PIB, when=_sim),
+    *(Rule(f"gpu.{key}", "number", above=0, high=1e18, when=_sim)
+      for key in ("peak_flops", "peak_flops_fp32", "mem_bandwidth", "interconnect_bandwidth", "host_bandwidth")),
+    Rule("gpu.count", "int", low=1, high=4096, when=_sim),
+    # engine
+    Rule("engine.max_num_batched_tokens", "int", low=1, high=10_000_000),
+    Rule("engine.max_num_seqs", "int", low=1, high=1_000_000),
+    Rule("engine.kv_cache_bytes", "number", above=0, high=PIB, optional=True),
+    Rule("engine.swap_space_bytes", "number", low=0, high=PIB, optional=True),
+    Rule("engine.gpu_memory_utilization", "number", above=0, high=1),
+    Rule("engine.kv_cache_fraction", "number", above=0, high=1),
+    Rule("engine.threads", "int", low=1, high=4096, optional=True),
+    Rule("engine.max_steps", "int", low=1, optional=True),
+    Rule("engine.memmap_every", "int", low=0),
+    Rule("engine.debug", "bool"),
+    Rule("engine.chunked_prefill", "bool"),
+    # workload knobs every workload takes
+    Rule("workload.num_requests", "int", low=1, optional=True, when=_has("workload.num_requests")),
+    Rule("workload.request_rate", "number", above=0, allow_inf=True, when=_has("workload.request_rate")),
+    Rule("workload.burstiness", "number", above=0, when=_has("workload.burstiness")),
+    Rule("workload.n", "int", low=1, high=1024, when=_has("workload.n")),
+    Rule("workload.beam_width", "int", low=1, high=1024, when=_has("workload.beam_width")),
+    Rule("workload.seed", "int", low=0, high=2**63 - 1, when=_has("workload.seed")),
+    Rule("workload.duration_s", "number", above=0, optional=True, when=_has("workload.duration_s")),
+    # logger
+    Rule("logger.max_step_logs", "int", low=0, when=_wandb),
+]
+
+_MISSING = object()
+
+
+def _select(cfg, key: str, missing: bool = False):
+    node = cfg
+    for part in key.split("."):
+        if not hasattr(node, "get") or part not in node:
+            return _MISSING if missing else None
+        node = node[part]
+    return node
+
+
+def check_rules(cfg) -> None:
+    """Raise ConfigError for the first knob of RULES whose value is outside its range."""
+    _check_request_count(cfg)
+    for rule in RULES:
+        if rule.when is None or rule.when(cfg):
+            value = _select(cfg, rule.key, missing=True)
+            if value is _MISSING:
+                raise ConfigError(f"{rule.key} is missing; it must be {rule.allowed()}")
+            rule.check(value)
+
+
+def _check_request_count(cfg) -> None:
+    """Refuse a stream whose prompts alone would not fit in memory, saying what it would need."""
+    wl = cfg.workload
+    num = wl.get("num_requests")
+    if not isinstance(num, (int, float)) or isinstance(num, bool) or not math.isfinite(num) or num <= MAX_REQUESTS:
+        return
+    num = int(num)
+    prompt = wl.get("prompt_len") if isinstance(wl.get("prompt_len"), int) else 128
+    need = num * (prompt * BYTES_PER_PROMPT_TOKEN + 1024)
+    raise ConfigError(f"workload.num_requests must be <= {MAX_REQUESTS:,}; {num:,} requests would need about "
+                      f"{need / 2**30:,.0f} GiB of memory for their prompts and records alone")

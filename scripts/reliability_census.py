@@ -1,0 +1,295 @@
+"""Try every bad input and fault of the reliability table and classify what kvbench does.
+
+    PYTHONPATH=. python scripts/reliability_census.py [--root CHECKOUT] [--jobs 2] [--json OUT]
+
+``--root`` is the checkout whose code runs (default: this one), so the same table can be tried
+on an older commit. Each case runs as its own ``python -m kvbench.app`` process in a scratch
+folder. Outcomes:
+
+- ``clear error``: exit 2, one stderr line ``kvbench: error: ...``, nothing new on disk;
+- ``traceback``: an uncaught exception (a Python or Hydra stack trace on stderr);
+- ``unclear error``: a non-zero exit without a traceback but not one clear line;
+- ``written on error``: it failed but left files (run dirs, logs, W&B runs);
+- ``silent result``: exit 0 on bad input, or a run that finished with a wrong or unreadable result;
+- ``data lost``: a run's files missing, shared or overwritten, a torn or unreadable index;
+- ``ok``: a fault case (concurrency, interrupts, kill -9) handled correctly.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import random
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(HERE / "tests"))
+import reliability_cases as rc  # noqa: E402
+
+BASE = {"progress": "false", "logger": "none", "workload.num_requests": "4"}
+MEMORY_LIMIT = 6 << 30
+
+
+def _limit_memory() -> None:
+    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
+
+
+def with_base(args: list[str], results: Path) -> list[str]:
+    keys = {a.lstrip("+").split("=", 1)[0] for a in args}
+    base = [f"{k}={v}" for k, v in {**BASE, "results_dir": str(results)}.items() if k not in keys]
+    return [*base, *args]
+
+
+def kvbench(root: Path, args: list[str], cwd: Path, timeout: float = 120, **popen) -> subprocess.Popen:
+    env = dict(os.environ, PYTHONPATH=str(root), WANDB_MODE="offline", WANDB_SILENT="true", HYDRA_FULL_ERROR="0")
+    return subprocess.Popen([sys.executable, "-m", "kvbench.app", *args], cwd=cwd, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=_limit_memory, **popen)
+
+
+def snapshot(folder: Path) -> set[str]:
+    found = set()
+    for dirpath, dirnames, filenames in os.walk(folder):
+        found.update(os.path.join(dirpath, name) for name in (*dirnames, *filenames))
+    return found
+
+
+def classify_error(code: int | None, stderr: str, new_files: set[str]) -> str:
+    if code is None:
+        return "hang"
+    if "Traceback" in stderr or "HYDRA_FULL_ERROR" in stderr or "Error executing job" in stderr:
+        return "traceback"
+    if code == 0:
+        return "silent result"
+    if new_files:
+        return "written on error"
+    lines = [ln for ln in stderr.strip().splitlines() if ln.strip()]
+    if code == 2 and len(lines) == 1 and lines[0].startswith("kvbench: error:"):
+        return "clear error"
+    return "unclear error"
+
+
+def run_table_case(root: Path, case: tuple[str, list[str], str | None], scratch: Path) -> dict:
+    case_id, args, setup = case
+    tmp = Path(tempfile.mkdtemp(prefix="case-", dir=scratch))
+    cwd = tmp / "cwd"
+    cwd.mkdir()
+    try:
+        if setup:
+            try:
+                rc.SETUPS[setup](tmp)
+            except (subprocess.CalledProcessError, OSError) as exc:
+                return {"case": case_id, "outcome": "skipped", "detail": f"setup failed: {exc}"}
+        full = with_base(rc.expand(args, tmp), tmp / "results")
+        before = snapshot(tmp)
+        proc = kvbench(root, full, cwd)
+        try:
+            _, err = proc.communicate(timeout=120)
+            code = proc.returncode
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            _, err = proc.communicate()
+            code = None
+        new = {p for p in snapshot(tmp) - before if "__pycache__" not in p}
+        outcome = classify_error(code, err, new)
+        last = [ln for ln in err.strip().splitlines() if ln.strip()][-1:] or [""]
+        return {"case": case_id, "outcome": outcome, "exit": code, "stderr_last": last[0][:200],
+                "new_files": sorted(new)[:3]}
+    finally:
+        rc.teardown(tmp)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+# -- fault cases: concurrency, interrupts, kill -9, strict JSON ---------------------------------
+
+
+def _index_rows(results: Path) -> tuple[list[dict], bool]:
+    """The index rows and whether every line is strict JSON."""
+    index = results / "index.jsonl"
+    if not index.exists():
+        return [], True
+    rows, strict = [], True
+
+    def refuse(token: str):
+        raise ValueError(token)
+
+    for line in index.read_text().splitlines():
+        if not line.strip():
+            continue
+        try:
+            rows.append(json.loads(line, parse_constant=refuse))
+        except ValueError:
+            strict = False
+            try:
+                rows.append(json.loads(line))
+            except ValueError:
+                pass
+    return rows, strict
+
+
+def _rows_point_at_their_own_runs(results: Path, rows: list[dict]) -> bool:
+    dirs = [r.get("run_dir") for r in rows]
+    if len(set(dirs)) != len(dirs):
+        return False
+    for row in rows:
+        summary = results / row["run_dir"] / "summary.json"
+        if not summary.is_file() or json.loads(summary.read_text()).get("run_id") != row["run_id"]:
+            return False
+    return True
+
+
+def concurrent_runs(root: Path, scratch: Path) -> dict:
+    results = scratch / "concurrent"
+    allocators = ["paged", "buddy", "orca-max", "paged_prefix", "orca-pow2", "contiguous"]
+    procs = [kvbench(root, with_base([f"allocator={a}", "workload.num_requests=20"], results), scratch)
+             for a in allocators]
+    codes = [p.wait(timeout=300) for p in procs]
+    rows, strict = _index_rows(results)
+    if any(codes) or len(rows) != len(allocators):
+        return {"case": "concurrent-6-runs", "outcome": "data lost", "detail": f"exits {codes}, {len(rows)} rows"}
+    ok = _rows_point_at_their_own_runs(results, rows)
+    return {"case": "concurrent-6-runs", "outcome": "ok" if ok else "data lost",
+            "detail": f"{len({r['run_dir'] for r in rows})} run dirs for {len(rows)} rows"}
+
+
+def concurrent_sweeps(root: Path, scratch: Path) -> dict:
+    results = scratch / "sweeps"
+    procs = [kvbench(root, with_base(["-m", "allocator=paged,buddy", f"seed={s}"], results), scratch)
+             for s in (1, 2, 3)]
+    codes = [p.wait(timeout=300) for p in procs]
+    rows, _ = _index_rows(results)
+    ok = not any(codes) and len(rows) == 6 and _rows_point_at_their_own_runs(results, rows)
+    return {"case": "concurrent-3-sweeps", "outcome": "ok" if ok else "data lost",
+            "detail": f"exits {codes}, {len(rows)} rows, {len({r.get('run_dir') for r in rows})} dirs"}
+
+
+def strict_index(root: Path, scratch: Path) -> dict:
+    results = scratch / "strict"
+    proc = kvbench(root, with_base(["workload.request_rate=inf"], results), scratch)
+    proc.communicate(timeout=120)
+    rows, strict = _index_rows(results)
+    ok = proc.returncode == 0 and rows and strict
+    return {"case": "index-strict-json", "outcome": "ok" if ok else "silent result",
+            "detail": "strict" if strict else "Infinity/NaN in the index"}
+
+
+def _long_run(results: Path) -> list[str]:
+    return with_base(["workload.num_requests=3000", "engine.kv_cache_bytes=2e9"], results)
+
+
+def _incomplete_dirs(results: Path) -> list[Path]:
+    """Run dirs without summary.json that kvbench-results would not know to ignore."""
+    runs = results / "runs"
+    if not runs.exists():
+        return []
+    leaves = [Path(d) for d, sub, files in os.walk(runs) if ".hydra" in sub]
+    return [d for d in leaves if not (d / "summary.json").exists() and not (d / "INCOMPLETE").exists()]
+
+
+def interrupt(root: Path, scratch: Path, sig: int, expect: int, name: str) -> dict:
+    results = scratch / name
+    proc = kvbench(root, _long_run(results), scratch)
+    time.sleep(6)
+    proc.send_signal(sig)
+    try:
+        _, err = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return {"case": name, "outcome": "hang"}
+    lines = [ln for ln in err.strip().splitlines() if ln.strip()]
+    left = _incomplete_dirs(results)
+    if "Traceback" in err:
+        outcome = "traceback"
+    elif left:
+        outcome = "written on error"
+    elif proc.returncode == expect and len(lines) == 1:
+        outcome = "ok"
+    else:
+        outcome = "unclear error"
+    return {"case": name, "outcome": outcome, "exit": proc.returncode, "stderr_last": (lines or [""])[-1][:200],
+            "detail": f"{len(left)} half-run dirs"}
+
+
+def kill9(root: Path, scratch: Path, trials: int = 3) -> dict:
+    """kill -9 at random points; the index must stay strict and whole, a rerun must work."""
+    results = scratch / "kill9"
+    rng = random.Random(0)
+    for _ in range(trials):
+        proc = kvbench(root, with_base(["workload.num_requests=300"], results), scratch)
+        time.sleep(rng.uniform(1.0, 4.0))
+        proc.kill()
+        proc.wait()
+    proc = kvbench(root, with_base(["workload.num_requests=10"], results), scratch)
+    proc.communicate(timeout=120)
+    rows, strict = _index_rows(results)
+    complete = [Path(d) for d, _, files in os.walk(results / "runs") if "summary.json" in files]
+    reindex = subprocess.run([sys.executable, "-m", "kvbench.results", "--index", str(results / "index.jsonl"),
+                              "--reindex"], env=dict(os.environ, PYTHONPATH=str(root)), capture_output=True, text=True)
+    rows_after, strict_after = _index_rows(results)
+    ok = (proc.returncode == 0 and strict and reindex.returncode == 0 and strict_after
+          and len(rows_after) == len(complete) and not _incomplete_dirs(results))
+    return {"case": "kill-9-then-rerun-and-reindex", "outcome": "ok" if ok else "data lost",
+            "detail": f"rerun exit {proc.returncode}, {len(rows)} rows / {len(complete)} finished dirs, "
+                      f"reindex exit {reindex.returncode}, {len(_incomplete_dirs(results))} unmarked half-run dirs"}
+
+
+def gpu_count_recorded(root: Path, scratch: Path) -> dict:
+    results = scratch / "gpucount"
+    proc = kvbench(root, with_base(["gpu.count=2"], results), scratch)
+    proc.communicate(timeout=120)
+    rows, _ = _index_rows(results)
+    ok = proc.returncode == 0 and rows and rows[-1].get("gpu_count") == 2
+    return {"case": "gpu-count-2-recorded", "outcome": "ok" if ok else "silent result"}
+
+
+FAULTS = [concurrent_runs, concurrent_sweeps, strict_index, gpu_count_recorded,
+          lambda r, s: interrupt(r, s, signal.SIGINT, 130, "sigint-mid-run"),
+          lambda r, s: interrupt(r, s, signal.SIGTERM, 143, "sigterm-mid-run"),
+          kill9]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--root", type=Path, default=HERE, help="checkout whose code runs (default: this one)")
+    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--json", type=Path, help="write every case's outcome here")
+    parser.add_argument("--only", help="substring of the case ids to run")
+    parser.add_argument("--no-faults", action="store_true", help="skip the concurrency / interrupt / kill cases")
+    args = parser.parse_args()
+    root = args.root.resolve()
+    scratch = Path(tempfile.mkdtemp(prefix="kvbench-census-"))
+    cases = [c for c in rc.CASES if not args.only or args.only in c[0]]
+    t0 = time.time()
+    with ThreadPoolExecutor(args.jobs) as pool:
+        results = list(pool.map(lambda c: run_table_case(root, c, scratch), cases))
+    if not args.no_faults:
+        for fault in FAULTS:
+            folder = Path(tempfile.mkdtemp(prefix="fault-", dir=scratch))
+            results.append(fault(root, folder))
+    shutil.rmtree(scratch, ignore_errors=True)
+    counts = collections.Counter(r["outcome"] for r in results)
+    width = max(len(r["case"]) for r in results)
+    for r in results:
+        if r["outcome"] not in ("clear error", "ok"):
+            print(f"{r['case']:<{width}}  {r['outcome']:<16}  {r.get('exit')}  {r.get('stderr_last', r.get('detail', ''))}")
+    print(f"\n{len(results)} cases ({len(cases)} bad inputs, {len(results) - len(cases)} faults) "
+          f"in {time.time() - t0:.0f} s against {root.name}")
+    print("| outcome | cases |\n| --- | --- |")
+    for outcome in ("clear error", "ok", "traceback", "unclear error", "written on error", "silent result",
+                    "data lost", "hang", "skipped"):
+        print(f"| {outcome} | {counts.get(outcome, 0)} |")
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
