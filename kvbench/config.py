@@ -98,6 +98,8 @@ def validate(cfg) -> None:
         raise ConfigError(f"workload.request_rate must be > 0 or inf; got {rate!r}")
     _check_metrics(cfg)
     _check_prompt_fits(cfg)
+    if cfg.logger.name == "wandb":
+        _choice(cfg, "logger.mode", cfg.logger.get("mode"), ("offline", "online", "disabled"))
     path = wl.get("path")
     if path and not Path(str(path)).expanduser().exists():
         raise ConfigError(f"workload.path: file not found: {path}")

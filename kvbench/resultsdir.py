@@ -9,6 +9,11 @@ from kvbench.config import ConfigError
 MIN_FREE_BYTES = 16 << 20  # a run's parquet files and summary; far more with memmap snapshots
 
 
+def _min_free() -> int:
+    """MIN_FREE_BYTES, or KVBENCH_MIN_FREE_BYTES (tests lower it to fill a disk mid-run)."""
+    return int(os.environ.get("KVBENCH_MIN_FREE_BYTES", MIN_FREE_BYTES))
+
+
 def check_results_dir(results: Path) -> None:
     """Raise ConfigError unless runs and the index can be written under ``results``."""
     folder = results.expanduser().absolute()
@@ -25,10 +30,10 @@ def check_results_dir(results: Path) -> None:
         stats = os.statvfs(existing)
     except OSError:
         stats = None
-    if stats is not None and stats.f_bavail * stats.f_frsize < MIN_FREE_BYTES:
+    if stats is not None and stats.f_bavail * stats.f_frsize < _min_free():
         free = stats.f_bavail * stats.f_frsize
         raise ConfigError(f"results_dir: only {free / 2**20:.1f} MiB free on {existing}; a run needs at least "
-                          f"{MIN_FREE_BYTES >> 20} MiB")
+                          f"{_min_free() / 2**20:.0f} MiB")
     index = folder / "index.jsonl"
     if index.exists():
         try:

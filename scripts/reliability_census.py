@@ -46,7 +46,8 @@ def _limit_memory() -> None:
 def with_base(args: list[str], results: Path) -> list[str]:
     keys = {a.lstrip("+").split("=", 1)[0] for a in args}
     base = [f"{k}={v}" for k, v in {**BASE, "results_dir": str(results)}.items() if k not in keys]
-    return [*base, *args]
+    flags = [a for a in args if a.startswith("-")]  # Hydra wants -m before the overrides
+    return [*flags, *base, *[a for a in args if not a.startswith("-")]]
 
 
 def kvbench(root: Path, args: list[str], cwd: Path, timeout: float = 120, **popen) -> subprocess.Popen:

@@ -183,7 +183,7 @@ def _pretrained(model_cfg, device: str, dtype: torch.dtype, attn_implementation:
     from transformers import AutoModelForCausalLM
 
     path = model_path(model_cfg)
-    kwargs = dict(dtype=dtype, local_files_only=True, attn_implementation=attn_implementation)
+    kwargs = dict(dtype=dtype, local_files_only=True, trust_remote_code=False, attn_implementation=attn_implementation)
     try:
         if path.is_file():
             if path.suffix != ".gguf":

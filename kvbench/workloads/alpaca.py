@@ -82,5 +82,6 @@ def build_alpaca(knobs: Knobs, common: CommonKnobs, count: int, limits: ModelLim
     meta = {"synthetic": False, "source": f"dataset:{file.name}", "dataset_path": str(file),
             "length_tokenizer": limits.tokenizer_name, **pairs.source, **pairs.timings_s}
     return sample_pairs("alpaca", pairs.prompt_lens, pairs.output_lens, ALPACA_FILTER, count, common.seed,
-                        limits, pairs, meta)
+                        limits, pairs, meta,
+                        repeat=knobs.get_bool("repeat"))
 

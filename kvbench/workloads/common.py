@@ -65,6 +65,7 @@ COMMON_DEFAULTS: dict[str, Any] = {
     "beam_width": 1,
     "ignore_eos": True,  # read by the engine (kvbench.app), not the builders: stop samples at EOS when false
     "seed": 0,
+    "repeat": False,  # data workloads: allow drawing each pair more than MAX_REUSE times on average
     "duration_s": None,  # if set: generate arrivals until duration_s; num_requests is ignored
 }
 

@@ -40,15 +40,29 @@ def tokenize_dataset(kind: str, file: Path, read_pairs: ReadPairs, limits: Model
     return pairs
 
 
+MAX_REUSE = 10  # a draw that reuses each pair more often than this on average needs workload.repeat=true
+
+
 def sample_pairs(name: str, prompt_lens: np.ndarray, output_lens: np.ndarray, length_filter: LengthFilter,
                  count: int, seed: int, limits: ModelLimits, pairs: TokenizedPairs | None,
-                 meta: dict[str, Any]) -> PromptSet:
+                 meta: dict[str, Any], repeat: bool = False) -> PromptSet:
     """Filter the pairs, draw ``count`` of them (seeded), and make their prompts.
+
+    A pool far smaller than the request count (a torn or tiny file) is refused unless
+    ``repeat``: ``count`` requests from a handful of pairs would measure copies of one request.
 
     Prompts are the tokenized text when ``pairs`` carries prompt ids, otherwise random ids of
     the right length (the sim backend needs lengths only).
     """
     pool = np.flatnonzero(length_filter.mask(prompt_lens, output_lens, limits.max_model_len))
+    read = f"{meta['records']} records read" if "records" in meta else f"{prompt_lens.size} pairs"
+    if prompt_lens.size == 0:
+        raise WorkloadError(f"{name}: no usable record in {meta.get('dataset_path', 'the data')} ({read}; none has "
+                            "a prompt followed by a reply)")
+    if pool.size * MAX_REUSE < count and not repeat:
+        raise WorkloadError(f"workload.num_requests: {count} requests from only {pool.size} usable pairs of "
+                            f"{meta.get('dataset_path', name)} ({read}, torn tail: {bool(meta.get('torn_tail'))}); "
+                            "lower num_requests or set workload.repeat=true")
     if pool.size == 0:
         raise WorkloadError(f"{name}: no pair of {prompt_lens.size} passes the length filter "
                             f"{length_filter.describe()} with max_model_len={limits.max_model_len}")

@@ -103,7 +103,8 @@ def build_sharegpt(knobs: Knobs, common: CommonKnobs, count: int, limits: ModelL
         prompt_lens, output_lens, provenance = load_lengths_table()
         meta = {"source": f"table:{TABLE}", "length_tokenizer": "smollm2", "table": provenance}
         return sample_pairs("sharegpt", prompt_lens, output_lens, SHAREGPT_FILTER, count, common.seed,
-                            limits, None, meta)
+                            limits, None, meta,
+                            repeat=knobs.get_bool("repeat"))
 
     if path is not None:
         file = dataset_file(path, "a ShareGPT-format JSON file")
@@ -116,4 +117,5 @@ def build_sharegpt(knobs: Knobs, common: CommonKnobs, count: int, limits: ModelL
     meta = {"source": f"dataset:{file.name}", "dataset_path": str(file), "length_tokenizer": limits.tokenizer_name,
             **pairs.source, **pairs.timings_s}
     return sample_pairs("sharegpt", pairs.prompt_lens, pairs.output_lens, SHAREGPT_FILTER, count, common.seed,
-                        limits, pairs, meta)
+                        limits, pairs, meta,
+                        repeat=knobs.get_bool("repeat"))

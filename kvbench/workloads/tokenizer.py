@@ -68,12 +68,14 @@ def load_tokenizer(name: str) -> Tokenizer:
     try:
         if name == SMOLLM2:
             gguf = smollm2_gguf()
-            hf = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name, local_files_only=True)
+            hf = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name, local_files_only=True,
+                                               trust_remote_code=False)
         else:
             folder = Path(name).expanduser()
             if not folder.is_dir():
                 raise WorkloadError(f"tokenizer {name!r}: not '{SMOLLM2}' and not a local directory")
-            hf = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+            hf = AutoTokenizer.from_pretrained(str(folder), local_files_only=True,
+                                               trust_remote_code=False)
     except WorkloadError:
         raise
     except Exception as exc:  # transformers raises many types (OSError, ValueError, ...)
