@@ -414,7 +414,8 @@ def _job_overrides(overrides: list[str], multirun: bool) -> list[list[str]]:
 
     # the basic sweeper's own expansion for what it can expand; an interval (Optuna, Ax,
     # Nevergrad) is left to the sweeper and each of its jobs validates itself before it runs
-    expandable = (ValueType.CHOICE_SWEEP, ValueType.GLOB_CHOICE_SWEEP, ValueType.RANGE_SWEEP)
+    expandable = (ValueType.SIMPLE_CHOICE_SWEEP, ValueType.CHOICE_SWEEP, ValueType.GLOB_CHOICE_SWEEP,
+                  ValueType.RANGE_SWEEP)
     parsed = [o for o in OverridesParser.create().parse_overrides(overrides)
               if not o.is_sweep_override() or o.value_type in expandable]
     jobs = [job for batch in BasicSweeper.split_arguments(parsed, None) for job in batch]
