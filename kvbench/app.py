@@ -573,6 +573,11 @@ def _hydra_main(cfg: DictConfig) -> float | None:
                 (run_dir / ".running").unlink(missing_ok=True)
     log = logging.getLogger("kvbench")  # Hydra sends it to the console and the run's app.log
     log.info("\n%s", format_table([summary]))
+    metrics = cfg.get("metrics") or {}
+    if metrics.get("report") and not multirun:
+        from kvbench.metrics import format_report, parse_percentiles
+
+        log.info("\n%s", format_report(summary, parse_percentiles(metrics.get("percentiles"))))
     log.info("results: %s", run_dir)
     return summary.get(str(cfg.get("optimized_metric") or "request_throughput"))
 

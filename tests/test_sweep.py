@@ -61,4 +61,5 @@ def test_configured_percentiles_and_goodput_reach_the_summary(tmp_path):
     row = load_index(tmp_path / "index.jsonl").iloc[0]
     assert row["p99.9_itl_ms"] >= row["p50_itl_ms"] > 0
     assert row["request_goodput"] == pytest.approx(row["request_throughput"])  # every request within 100 s
-    assert "results: " in proc.stdout + proc.stderr
+    out = proc.stdout + proc.stderr
+    assert "results: " in out and "Serving Benchmark Result" in out and "P99.9 ITL (ms):" in out
