@@ -220,7 +220,8 @@ def interrupt(root: Path, scratch: Path, sig: int, expect: int, name: str) -> di
 
 
 def kill9(root: Path, scratch: Path, trials: int = 3) -> dict:
-    """kill -9 at random points; the index must stay strict and whole, a rerun must work."""
+    """kill -9 at random points; the index must stay strict and whole, a rerun must work, and
+    ``kvbench-results --clean --reindex`` must leave only finished runs, all in the index."""
     results = scratch / "kill9"
     rng = random.Random(0)
     for _ in range(trials):
@@ -233,7 +234,7 @@ def kill9(root: Path, scratch: Path, trials: int = 3) -> dict:
     rows, strict = _index_rows(results)
     complete = [Path(d) for d, _, files in os.walk(results / "runs") if "summary.json" in files]
     reindex = subprocess.run([sys.executable, "-m", "kvbench.results", "--index", str(results / "index.jsonl"),
-                              "--reindex"], env=dict(os.environ, PYTHONPATH=str(root)), capture_output=True, text=True)
+                              "--clean", "--reindex"], env=dict(os.environ, PYTHONPATH=str(root)), capture_output=True, text=True)
     rows_after, strict_after = _index_rows(results)
     ok = (proc.returncode == 0 and strict and reindex.returncode == 0 and strict_after
           and len(rows_after) == len(complete) and not _incomplete_dirs(results))
