@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from kvbench.config import ConfigError
+from kvbench.engine.scheduler import beam_limit_error
 
 PIB = 2**50
 MAX_REQUESTS = 10_000_000  # as many arrivals as a duration_s workload may make
@@ -130,6 +131,16 @@ def check_rules(cfg) -> None:
             if value is _MISSING:
                 raise ConfigError(f"{rule.key} is missing; it must be {rule.allowed()}")
             rule.check(value)
+    _check_beam_limits(cfg)
+
+
+def _check_beam_limits(cfg) -> None:
+    """Refuse beams wider than one step can decode: they could never run."""
+    width = _select(cfg, "workload.beam_width")
+    if isinstance(width, int) and width > 1:
+        error = beam_limit_error(width, cfg.engine.max_num_seqs, cfg.engine.max_num_batched_tokens)
+        if error is not None:
+            raise ConfigError(f"workload.beam_width: {error}")
 
 
 def _check_request_count(cfg) -> None:

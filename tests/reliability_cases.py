@@ -131,6 +131,8 @@ CASES: list[tuple[str, list[str], str | None]] = [
     *_knob("workload.n", ("0", "1.5", "abc", "1e6")),
     *_knob("workload.beam_width", ("0", "2.5", "-1")),
     ("n-and-beams", ["workload.n=2", "workload.beam_width=2"], None),
+    ("beams-wider-than-max-num-seqs", ["workload.beam_width=4", "engine.max_num_seqs=2"], None),
+    ("beams-wider-than-token-budget", ["workload.beam_width=8", "engine.max_num_batched_tokens=4"], None),
     *_knob("workload.seed", ("-1", "abc", "1.5")),
     *_knob("workload.duration_s", ("0", "-5", "inf"), "workload.request_rate=10"),
     ("duration-with-inf-rate", ["workload.duration_s=10"], None),
