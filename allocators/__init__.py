@@ -6,6 +6,7 @@
     buddy         BuddyAllocator(num_slots, block_size=16, reserve="max", max_model_len=2048, min_order=0, double_chunk=16, debug=False)
     paged         PagedAllocator(num_slots, block_size=16, debug=False)
     paged_prefix  PagedPrefixAllocator(num_slots, block_size=16, debug=False)
+    paged_window  PagedWindowAllocator(num_slots, block_size=16, window (tokens, required), debug=False)
     radix         RadixAllocator(num_slots, block_size=16, insert_running=True, debug=False)
     vattention    VAttentionAllocator(num_slots, block_size=None (auto), page_bytes=2 MiB, token_bytes=2048, reclaim="unmap", debug=False)
 
@@ -15,7 +16,8 @@ block_size is a power of two for every strategy. ``stats()`` keys, all strategie
 sharing), ``physical_slots`` (distinct slots holding computed tokens, == usage().token),
 ``allocated_slots``, ``live_sequences``, ``copy_ops``, ``copied_slots`` (queued so far).
 Extra: contiguous ``moves``, ``holes``, ``largest_hole_slots``; buddy ``moves``,
-``largest_free_slots``; vattention ``page_maps``, ``page_unmaps``, ``tokens_per_page``; paged_prefix and radix ``cached_free_blocks``, ``evictions``.
+``largest_free_slots``; vattention ``page_maps``, ``page_unmaps``, ``tokens_per_page``; paged_prefix and radix ``cached_free_blocks``, ``evictions``;
+paged_window ``window_freed_slots``.
 sharing_saving_frac = 1 - physical_slots / logical_slots.
 """
 from __future__ import annotations
@@ -35,6 +37,7 @@ from allocators.buddy import BuddyAllocator
 from allocators.contiguous import ContiguousAllocator
 from allocators.paged import PagedAllocator
 from allocators.paged_prefix import PagedPrefixAllocator
+from allocators.paged_window import PagedWindowAllocator
 from allocators.radix import RadixAllocator
 from allocators.vattention import VAttentionAllocator
 from allocators.region import RESERVE_POLICIES
@@ -44,6 +47,7 @@ STRATEGIES: dict[str, type[Allocator]] = {
     "buddy": BuddyAllocator,
     "paged": PagedAllocator,
     "paged_prefix": PagedPrefixAllocator,
+    "paged_window": PagedWindowAllocator,
     "radix": RadixAllocator,
     "vattention": VAttentionAllocator,
 }
@@ -78,6 +82,7 @@ __all__ = [
     "MemoryUsage",
     "PagedAllocator",
     "PagedPrefixAllocator",
+    "PagedWindowAllocator",
     "RESERVE_POLICIES",
     "RadixAllocator",
     "VAttentionAllocator",

@@ -90,11 +90,27 @@ def _allocator(cfg: DictConfig, geometry: KVGeometry, kv_bytes: int):
         knobs.setdefault("max_model_len", int(cfg.model.max_model_len))
     if cfg.allocator.name == "vattention":  # one token of one layer's K (or V) tensor
         knobs.setdefault("token_bytes", geometry.num_kv_heads * geometry.head_size * geometry.dtype_bytes)
+    if cfg.allocator.name == "paged_window":
+        _window_knob(cfg, geometry, knobs)
     try:
         allocator = build_allocator(cfg.allocator.name, num_slots, debug=bool(cfg.engine.debug), **knobs)
     except AllocatorError as exc:
         raise ConfigError(f"allocator ({cfg.allocator.name}): {exc}") from None
     return num_slots, allocator
+
+
+def _window_knob(cfg: DictConfig, geometry: KVGeometry, knobs: dict) -> None:
+    """paged_window: the window defaults to the model's (every layer must slide); sim only,
+    recompute preemption only (swap and the hf attention read every block-table entry)."""
+    if cfg.backend.name != "sim":
+        raise ConfigError("allocator paged_window runs on backend=sim only (the hf attention reads dropped blocks)")
+    if str(cfg.engine.preemption) != "recompute":
+        raise ConfigError("allocator paged_window needs engine.preemption=recompute (swap copies dropped blocks)")
+    if "window" not in knobs:
+        if geometry.max_window is None:
+            raise ConfigError(f"allocator paged_window: model {cfg.model.name} does not slide on every layer; "
+                              "set allocator.window explicitly")
+        knobs["window"] = geometry.max_window
 
 
 def prepare(cfg: DictConfig) -> Prepared:
@@ -301,7 +317,8 @@ def _extras(cfg: DictConfig, prep: Prepared, out) -> dict:
         "page_bytes": cfg.allocator.get("page_bytes"),
     }
     stats = prep.allocator.stats()  # strategy counters over the run (None where they do not apply)
-    for key in ("tokens_per_page", "page_maps", "page_unmaps", "evictions", "prefix_token_hit_rate"):
+    for key in ("tokens_per_page", "page_maps", "page_unmaps", "evictions", "prefix_token_hit_rate",
+                "window_freed_slots"):
         extras[key] = stats.get(key)
     for key in ("attention_s", "forward_s", "sampling_s", "copy_s", "swap_s", "schedule_s"):
         total = float(steps[key].sum()) if key in steps and len(steps) else float("nan")

@@ -4,7 +4,8 @@ It stores each new token id at its slot, performs copy ops and swaps on that poo
 that every sequence reads back exactly its own tokens through its block table, so the engine
 and allocators are tested together without a model. With ``context_seeded`` its samples are a
 function of the request, the sample and the tokens read back (as a greedy model's would be), so
-a request generates the same tokens alone or under load, preempted or not.
+a request generates the same tokens alone or under load, preempted or not. With ``window`` (a
+sliding-window model) a chunk reads only the positions its first token attends to.
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ class TokenPoolExecutor:
     needs_block_tables = True
 
     def __init__(self, num_slots: int, vocab_size: int = 1000, step_s: float = 1.0, seed: int = 0,
-                 lookup=None, context_seeded: bool = False) -> None:
+                 lookup=None, context_seeded: bool = False, window: int | None = None) -> None:
         self.pool = [None] * num_slots
         self.host: dict[int, list] = {}
         self.rng = random.Random(seed)
@@ -31,6 +32,7 @@ class TokenPoolExecutor:
         self.batches: list[StepBatch] = []
         self.context_seeded = context_seeded
         self.seed = seed
+        self.window = window
 
     def execute(self, batch: StepBatch) -> StepResult:
         self.batches.append(batch)
@@ -50,14 +52,16 @@ class TokenPoolExecutor:
             for pos, slot in zip(range(chunk.start_pos, chunk.context_len), chunk.slot_mapping):
                 table_slot = chunk.block_table[pos // bs] * bs + pos % bs
                 assert table_slot == slot, f"seq {chunk.seq_id} pos {pos}: slot {slot} != table {table_slot}"
+            oldest = 0 if self.window is None else max(0, chunk.start_pos + 1 - self.window)
             if self.lookup is not None:
                 seq = self.lookup(chunk.seq_id)
-                seen = [self.pool[chunk.block_table[p // bs] * bs + p % bs] for p in range(chunk.context_len)]
-                assert seen == seq.tokens[:chunk.context_len], f"seq {chunk.seq_id} reads wrong K/V"
+                seen = [self.pool[chunk.block_table[p // bs] * bs + p % bs] for p in range(oldest, chunk.context_len)]
+                assert seen == seq.tokens[oldest:chunk.context_len], f"seq {chunk.seq_id} reads wrong K/V"
             if chunk.sample:
                 rng = self.rng
                 if self.context_seeded:
-                    context = [self.pool[chunk.block_table[p // bs] * bs + p % bs] for p in range(chunk.context_len)]
+                    last = 0 if self.window is None else max(0, chunk.context_len - self.window)  # the sampler's window
+                    context = [self.pool[chunk.block_table[p // bs] * bs + p % bs] for p in range(last, chunk.context_len)]
                     rng = random.Random(hash((self.seed, chunk.request_id, chunk.sample_index, tuple(context))))
                 next_tokens[chunk.seq_id] = rng.randrange(self.vocab_size)
                 if chunk.num_samples > 1:

@@ -30,8 +30,9 @@ CONFIGS = (
     + [pytest.param("radix", dict(num_slots=n, block_size=bs), id=f"radix-bs{bs}") for n, bs in ((97, 1), (130, 4), (203, 16))]
     + [pytest.param("radix", dict(num_slots=130, block_size=4, insert_running=False), id="radix-bs4-on-free")]
     + [pytest.param("vattention", dict(num_slots=203, block_size=4, page_bytes=64, token_bytes=4, reclaim=r), id=f"vattention-{r}") for r in ("unmap", "pool")]
+    + [pytest.param("paged_window", dict(num_slots=n, block_size=bs, window=w), id=f"paged_window-bs{bs}-w{w}") for n, bs, w in ((97, 1, 5), (130, 4, 9), (203, 16, 20))]
 )
-SHARING = ("paged", "paged_prefix", "radix")
+SHARING = ("paged", "paged_prefix", "radix", "paged_window")
 CACHING = ("paged_prefix", "radix")
 
 # prompts share prefixes within a family so that prefix hits happen
@@ -89,6 +90,11 @@ class Harness:
             assert op.length > 0
             self.pool[op.dst : op.dst + op.length] = self.pool[op.src : op.src + op.length]
         return ops
+
+    def oldest_read(self, sid: int) -> int:
+        """First position a live sequence must still read back (windowed strategies drop older ones)."""
+        window = getattr(self.alloc, "window", None)
+        return 0 if window is None else max(0, self.seqs[sid].num_tokens - window)
 
     def slot(self, sid: int, pos: int, table: list[int] | None = None) -> int:
         table = self.alloc.block_table(sid) if table is None else table
@@ -161,7 +167,7 @@ class Harness:
         del self.seqs[sid]
         unwritten = self.uncommitted.pop(sid, [])
         if unwritten:
-            held = {self.slot(other, pos) for other, m in self.seqs.items() for pos in range(m.num_tokens)}
+            held = {self.slot(other, pos) for other, m in self.seqs.items() for pos in range(self.oldest_read(other), m.num_tokens)}
             for slot in unwritten:
                 if slot not in held:
                     self.pool[slot] = None
@@ -198,9 +204,12 @@ class Harness:
             assert a.num_tokens(sid) == model.num_tokens
             table = a.block_table(sid)
             for i, b in enumerate(table):
+                if b < 0:  # released by the window: the slots belong to no one
+                    assert (i + 1) * self.bs <= self.oldest_read(sid), f"seq {sid} dropped block {i} inside its window"
+                    continue
                 for off in range(self.bs):
                     owners.setdefault(b * self.bs + off, []).append((sid, i * self.bs + off))
-            for pos in range(model.num_tokens):
+            for pos in range(self.oldest_read(sid), model.num_tokens):
                 assert self.pool[self.slot(sid, pos, table)] == model.value_at(pos), f"seq {sid} reads a wrong token at {pos}"
         token = reserved = internal = 0
         for slot, who in owners.items():
@@ -331,6 +340,8 @@ def test_random_ops_keep_every_sequence_reading_its_own_tokens(name, knobs):
         assert stats["moves"] > 0
     if name in CACHING and knobs["block_size"] <= 16:
         assert stats["prefix_hits"] > 0 and stats["evictions"] > 0
+    if name == "paged_window":
+        assert stats["window_freed_slots"] > 0
     h.drain()
 
 

@@ -138,11 +138,13 @@ class Engine:
             for seq in group.seqs:
                 table = np.asarray(alloc.block_table(seq.seq_id), dtype=np.int64)
                 slots = (table[:, None] * bs + np.arange(bs)).ravel()
-                spans.append((slots, alloc.num_tokens(seq.seq_id), final_lens[seq.seq_id], group.request_id))
+                held = np.repeat(table >= 0, bs)  # negative entries: blocks released (paged_window)
+                spans.append((slots, held, alloc.num_tokens(seq.seq_id), final_lens[seq.seq_id], group.request_id))
         for cat in (3, 2, 1):  # later passes win: a slot is token over reserved over internal
-            for slots, ntok, final, rid in spans:
+            for slots, held, ntok, final, rid in spans:
                 pos = np.arange(len(slots))
                 mask = (pos >= final) if cat == 3 else ((pos >= ntok) & (pos < final)) if cat == 2 else (pos < ntok)
+                mask &= held
                 category[slots[mask]] = cat
                 owner[slots[mask]] = rid
         self._snapshots.append((now, category, owner))
