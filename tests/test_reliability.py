@@ -99,6 +99,7 @@ def test_the_table_holds_at_least_120_cases():
 
 def kvbench(*args: str, cwd: Path, env: dict | None = None, **kw) -> subprocess.Popen:
     env = dict(env or os.environ, PYTHONPATH=str(ROOT), WANDB_MODE="offline", WANDB_SILENT="true")
+    env.pop("TRITON_INTERPRET", None)  # the kernel tests set it in this process; a user's shell has not
     return subprocess.Popen([sys.executable, "-m", "kvbench.app", *args], cwd=cwd, env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kw)
 
