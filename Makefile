@@ -7,6 +7,8 @@ TORCH_SPEC ?= torch==2.13.0
 .PHONY: setup demo test test-slow bench bench-update bench-timings figs paper paper-quick gpu-check validate clean
 RESULTS ?= results/paper
 PAPER_HF_EXPERIMENTS := paper-token-time
+# Throughput studies on a fixed number of requests (no trace duration to scale)
+PAPER_FIXED_EXPERIMENTS := paper-announce-llama-7b paper-announce-llama-13b
 QUICK_OVERRIDES := workload.duration_s=120
 JOBS ?= 2
 
@@ -55,6 +57,7 @@ figs: setup
 paper: setup
 	mkdir -p results
 	RESULTS=results JOBS=$(JOBS) scripts/run_paper.sh progress=false
+	RESULTS=results JOBS=$(JOBS) EXPERIMENTS="$(PAPER_FIXED_EXPERIMENTS)" scripts/run_paper.sh progress=false
 	RESULTS=results JOBS=1 EXPERIMENTS="$(PAPER_HF_EXPERIMENTS)" scripts/run_paper.sh progress=false
 	$(MAKE) figs RESULTS=results
 
@@ -62,6 +65,7 @@ paper: setup
 paper-quick: setup
 	mkdir -p results
 	RESULTS=results JOBS=$(JOBS) scripts/run_paper.sh progress=false $(QUICK_OVERRIDES)
+	RESULTS=results JOBS=$(JOBS) EXPERIMENTS="$(PAPER_FIXED_EXPERIMENTS)" scripts/run_paper.sh progress=false workload.num_requests=100
 	RESULTS=results JOBS=1 EXPERIMENTS="$(PAPER_HF_EXPERIMENTS)" scripts/run_paper.sh progress=false workload.num_requests=4
 	$(MAKE) figs RESULTS=results
 

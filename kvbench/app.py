@@ -252,6 +252,18 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None, logger=None, run_id:
     return summary
 
 
+def _length_stats(requests) -> dict:
+    """Mean and median prompt and output lengths of the stream, printed next to each study."""
+    import numpy as np
+
+    if not requests:
+        return {}
+    prompt = np.array([r.prompt_len for r in requests])
+    output = np.array([r.output_len for r in requests])
+    return {"mean_prompt_len": float(prompt.mean()), "median_prompt_len": float(np.median(prompt)),
+            "mean_output_len": float(output.mean()), "median_output_len": float(np.median(output))}
+
+
 def _scheduling(cfg: DictConfig) -> str:
     system = cfg.get("system")
     return str(system.get("scheduling", "mixed")) if system is not None else "mixed"
@@ -294,6 +306,7 @@ def _extras(cfg: DictConfig, prep: Prepared, out) -> dict:
     # tokens the engine generated: every sample and every beam runs to the output length
     generated = float((done["output_len"] * done[["n", "beam_width"]].max(axis=1)).sum()) if len(done) else 0.0
     extras = {
+        **_length_stats(prep.workload.requests),
         "n": int(wl.get("n", 1)),
         "beam_width": int(wl.get("beam_width", 1)),
         "ignore_eos": bool(wl.get("ignore_eos", True)),
@@ -303,6 +316,7 @@ def _extras(cfg: DictConfig, prep: Prepared, out) -> dict:
         "system": str(cfg.system.name) if cfg.get("system") is not None else None,
         "scheduling": _scheduling(cfg),
         "batching": str(eng.get("batching", "continuous")),
+        "baseline": cfg.get("baseline"),
         "max_num_batched_tokens": int(eng.max_num_batched_tokens),
         "attention": getattr(getattr(prep.executor, "ops", None), "name", None),  # resolved (hf only)
         "gpu_count": int(cfg.gpu.get("count", 1)) if cfg.backend.name == "sim" else None,

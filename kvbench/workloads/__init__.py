@@ -22,7 +22,7 @@ from typing import Any
 
 from kvbench.requests import Request
 
-from . import alpaca, multiturn, sharegpt, shared_prefix, synthetic, system_prompts
+from . import alpaca, chat_history, multiturn, sharegpt, shared_prefix, synthetic, system_prompts
 from .common import (COMMON_DEFAULTS, CommonKnobs, Knobs, ModelLimits, PromptSet, Workload, WorkloadError,
                      arrival_times, length_stats)
 from .tokenizer import SMOLLM2, load_tokenizer
@@ -75,6 +75,7 @@ WORKLOADS: dict[str, WorkloadSpec] = {
         "system_prompts", _shared_prefix_defaults(system_prompts.DEFAULTS),
         system_prompts.make_system_prompts_builder(_base_builder, tuple(spec.name for spec in _BASES))),
     "multiturn": WorkloadSpec("multiturn", multiturn.DEFAULTS, multiturn.build_multiturn),
+    "sharegpt_chat": WorkloadSpec("sharegpt_chat", chat_history.DEFAULTS, chat_history.build_chat_history),
 }
 
 
