@@ -8,6 +8,8 @@ from __future__ import annotations
 FIGURES: tuple[str, ...] = (
     "memory_breakdown", "batch_size", "latency_vs_rate", "sharing",
     "block_size", "memory_pressure", "memory_map", "token_time",
+    "parallel_rate", "beam_rate", "prefix_rate", "chatbot_rate", "kernel_latency", "block_size_rate",
+    "preempt_block", "announcement",
 )  # fmt: skip
 
 # Beyond the paper (results/beyond): the allocators that came after PagedAttention.

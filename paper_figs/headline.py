@@ -1,8 +1,12 @@
 """``python -m paper_figs.headline [--index PATH]``: the README's table of headline numbers
 next to the PagedAttention paper's (Kwon et al., SOSP 2023, section 6), from results only.
 
-Sustainable rate: the highest swept rate whose normalized latency stays under twice the
-lowest-rate latency of the same allocator (the knee of the paper's Figure 12 curves).
+Rows at the paper's own operating points (ShareGPT 2 req/s, Alpaca 30 req/s; mean and
+standard deviation over seeds) and, labelled "saturation", at loads that keep every pool full.
+
+Sustainable rate: walking up the swept rates of one allocator, the last rate before the first
+whose normalized latency exceeds twice its latency at the lowest rate. A saturated point never
+counts, and neither does any rate after it (even if its latency happens to dip back).
 """
 from __future__ import annotations
 
@@ -31,30 +35,57 @@ def _label(row) -> str:
 
 
 def sustainable_rate(runs: pd.DataFrame) -> float:
-    runs = runs.sort_values("request_rate")
-    base = float(runs["normalized_latency_s"].iloc[0])
-    ok = runs[runs["normalized_latency_s"] <= 2 * base]
-    return float(ok["request_rate"].max()) if len(ok) else math.nan
+    per_rate = runs.groupby("request_rate")["normalized_latency_s"].mean().sort_index()
+    base = float(per_rate.iloc[0])
+    sustained = math.nan
+    for rate, latency in per_rate.items():
+        if not latency <= 2 * base:  # NaN (nothing finished) counts as saturated
+            break
+        sustained = float(rate)
+    return sustained
+
+
+def _mean_sd(values: pd.Series, fmt: str, scale: float = 1.0) -> str:
+    values = values.astype(float) * scale
+    if len(values) > 1:
+        return f"{fmt.format(values.mean())} ± {fmt.format(values.std())}"
+    return fmt.format(values.mean())
+
+
+def _ratio(sub: pd.DataFrame, top: str, base: str, column: str) -> str | None:
+    """Mean ± sd over seeds of top/base (paired by seed), with the two means."""
+    a = sub[sub["label"] == top].groupby("seed")[column].mean()
+    b = sub[sub["label"] == base].groupby("seed")[column].mean()
+    seeds = a.index.intersection(b.index)
+    if not len(seeds):
+        return None
+    ratio = a[seeds] / b[seeds]
+    spread = f" ± {ratio.std():.2f}" if len(seeds) > 1 else ""
+    return f"{ratio.mean():.2f}x{spread} ({a[seeds].mean():.1f} vs {b[seeds].mean():.1f}; {len(seeds)} seeds)"
 
 
 def headline(index: pd.DataFrame) -> pd.DataFrame:
     rows = []
-    br = _rows(index, "paper-breakdown")
-    for _, r in br.iterrows():
-        rows.append(("KV memory holding tokens, saturating ShareGPT load (OPT-13B)", _label(r),
-                     f"{100 * r['mem_token_frac']:.1f}%", "Orca 20-38%, vLLM 96%"))
-    batch = _rows(index, "paper-batch")
-    for wl in ("sharegpt", "alpaca"):
-        sub = batch[batch["workload"].astype(str).str.startswith(wl)]
-        by = {_label(r): r["mean_batch_size"] for _, r in sub.iterrows()}
-        paged = next((v for k, v in by.items() if k.startswith("paged")), None)
-        if paged is None:
+    for exp, when in (("paper-batch", "paper rate"), ("paper-sat", "saturation")):
+        runs = _rows(index, exp)
+        if runs.empty:
             continue
-        for base, key in (("Orca (Oracle)", "batch_vs_oracle"), ("Orca (Max)", "batch_vs_max")):
-            if base in by:
-                paper = PAPER[key] if wl == "sharegpt" else "-"
-                rows.append((f"mean batched requests, paged (16) / {base}, {wl} (OPT-13B)", "paged (16)",
-                             f"{paged / by[base]:.2f}x ({paged:.1f} vs {by[base]:.1f})", paper))
+        runs = runs.assign(label=runs.apply(_label, axis=1))
+        for wl in ("sharegpt", "alpaca"):
+            sub = runs[runs["workload"].astype(str).str.startswith(wl)]
+            if sub.empty:
+                continue
+            rate = f"{float(sub['request_rate'].iloc[0]):g} req/s, {when}"
+            if wl == "sharegpt":
+                for label, g in sub.groupby("label"):
+                    rows.append((f"KV memory holding tokens, ShareGPT {rate} (OPT-13B)", label,
+                                 _mean_sd(g["mem_token_frac"], "{:.1f}%", 100), "Orca 20-38%, vLLM 96%"))
+            for base, key in (("Orca (Oracle)", "batch_vs_oracle"), ("Orca (Pow2)", None), ("Orca (Max)", "batch_vs_max")):
+                text = _ratio(sub, "paged (16)", base, "mean_batch_size")
+                if text:
+                    paper = PAPER[key] if (wl == "sharegpt" and key) else "-"
+                    rows.append((f"mean batched requests, paged (16) / {base}, {wl} {rate} (OPT-13B)",
+                                 "paged (16)", text, paper))
     for setup in ("opt13b", "opt66b", "opt175b"):
         for wl in ("sharegpt", "alpaca"):
             sub = _rows(index, f"paper-rate-{setup}-{wl}")
@@ -64,7 +95,7 @@ def headline(index: pd.DataFrame) -> pd.DataFrame:
             paged = rates.get("paged (16)")
             for base, key in (("Orca (Oracle)", "rate_vs_oracle"), ("Orca (Max)", "rate_vs_max")):
                 if paged and base in rates and rates[base] > 0:
-                    ceiling = " (at least: paged never saturated)" if paged >= sub["request_rate"].max() else ""
+                    ceiling = " (at least: paged never saturated in the sweep)" if paged >= sub["request_rate"].max() else ""
                     rows.append((f"sustainable rate, paged (16) / {base}, {setup} {wl}", "paged (16)",
                                  f"{paged / rates[base]:.2f}x ({paged:g} vs {rates[base]:g} req/s){ceiling}",
                                  PAPER[key] if wl == "sharegpt" else "-"))
@@ -82,6 +113,17 @@ def headline(index: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["measure", "allocator", "kvbench (simulated A100)", "paper"])
 
 
+def lengths(index: pd.DataFrame) -> pd.DataFrame:
+    """Mean and median prompt and output tokens of each study's workload (first seed's stream)."""
+    cols = ["mean_prompt_len", "median_prompt_len", "mean_output_len", "median_output_len"]
+    if any(c not in index for c in cols):
+        return pd.DataFrame()
+    sub = index.dropna(subset=cols)
+    sub = sub[sub["experiment"].astype(str).str.startswith("paper-")]
+    out = sub.groupby(["experiment", "workload"])[cols].median().round(1).reset_index()
+    return out
+
+
 def to_markdown(table: pd.DataFrame) -> str:
     lines = ["| " + " | ".join(table.columns) + " |", "|" + "---|" * len(table.columns)]
     lines += ["| " + " | ".join(str(v) for v in row) + " |" for row in table.itertuples(index=False)]
@@ -92,8 +134,13 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--index", default="results/paper/index.jsonl")
     args = parser.parse_args(argv)
-    table = headline(load_index(Path(args.index)))
+    index = load_index(Path(args.index))
+    table = headline(index)
     print(to_markdown(table) if len(table) else "no paper results in the index")
+    stats = lengths(index)
+    if len(stats):
+        print("\nWorkload lengths (tokens) per study:\n")
+        print(to_markdown(stats))
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ import seaborn as sns
 from paper_figs import common
 
 NAME = "latency_vs_rate"
-EXPERIMENT = "paper-rate"  # a prefix: paper-rate-opt13b-sharegpt, ...
+EXPERIMENT = "paper-rate-opt"  # a prefix: paper-rate-opt13b-sharegpt, ...
 
 
 CLIP_S_PER_TOKEN = 1.0
@@ -35,11 +35,13 @@ def draw(index_df: pd.DataFrame, out_dir: str | Path, results_root: str | Path,
     order = common.label_order(runs["label"])
     col = "dataset" if runs["dataset"].nunique() > 1 else None
     row = "model" if runs["model"].nunique() > 1 else None
+    sizes = {"opt-13b": 13, "opt-66b": 66, "opt-175b": 175}
+    row_order = sorted(runs["model"].unique(), key=lambda m: sizes.get(m, 999)) if row else None
     grid = sns.relplot(
         data=runs, kind="line", x="request_rate", y="normalized_latency_s",
         hue="label", hue_order=order, palette=common.palette(order), style="label",
         style_order=order, markers=True, dashes=False, errorbar="sd",
-        col=col, row=row, height=3.2, aspect=1.25,
+        col=col, row=row, row_order=row_order, height=3.2, aspect=1.25,
         facet_kws={"sharey": False, "sharex": False},
     )  # fmt: skip
     grid.set_axis_labels("request rate (req/s)", "normalized latency (s/token)")
@@ -49,6 +51,10 @@ def draw(index_df: pd.DataFrame, out_dir: str | Path, results_root: str | Path,
     for ax in grid.axes.flat:  # past saturation latency grows without bound: clip at 1 s/token as the paper does
         top = max((line.get_ydata().max() for line in ax.get_lines() if len(line.get_ydata())), default=1.0)
         ax.set_ylim(0, min(top * 1.05, CLIP_S_PER_TOKEN))
+        if top > CLIP_S_PER_TOKEN:
+            ax.text(0.02, 0.97, f"clipped at {CLIP_S_PER_TOKEN:g} s/token", transform=ax.transAxes,
+                    va="top", fontsize=7, color="0.3")
+    grid.figure.suptitle("simulated, system vllm-2023; Alpaca is the synthetic stand-in", fontsize=9, y=-0.01, va="top")
     sns.move_legend(grid, "lower center", bbox_to_anchor=(0.5, 1.0), ncol=min(len(order), 4),
                     title=None, frameon=False)
     return common.save(grid.figure, out_dir, NAME)

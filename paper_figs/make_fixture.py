@@ -212,6 +212,47 @@ def runs() -> list[tuple[dict, pd.DataFrame, pd.DataFrame, dict | None]]:
     for i, alloc in enumerate((ORCA_MAX, PAGED)):
         add(_base(f"{exp}-{i}", exp, alloc, kv_slots=NUM_SLOTS), memmap=_memmap(alloc, seed=1))
 
+    def latency(rate: float, capacity: float) -> float:
+        return round(0.04 + 0.02 / max(capacity - rate, 0.02) ** 0.5 if rate < capacity else 1.5 * rate, 4)
+
+    for exp, knob in (("paper-rate-parallel", "n"), ("paper-rate-beam", "beam_width")):
+        for i, alloc in enumerate((ORCA_ORACLE, PAGED)):
+            for width in (2, 4):
+                for rate in (1.0, 2.0):
+                    add(_base(f"{exp}-{i}-{width}-{rate}", exp, alloc, workload="alpaca-synthetic",
+                              request_rate=rate, **{knob: width},
+                              normalized_latency_s=latency(rate, 3 * MEMORY[alloc][0] / width)))
+    exp = "paper-rate-prefix"
+    for i, alloc in enumerate((ORCA_ORACLE, PAGED, PREFIX)):
+        for prefix in (80, 341):
+            for rate in (1.0, 2.0):
+                add(_base(f"{exp}-{i}-{prefix}-{rate}", exp, alloc, workload="shared_prefix", prefix_len=prefix,
+                          request_rate=rate, normalized_latency_s=latency(rate, 2.5 * MEMORY[alloc][0])))
+    exp = "paper-rate-chat"
+    for i, alloc in enumerate((ORCA_MAX, PAGED)):
+        for rate in (0.5, 1.0):
+            add(_base(f"{exp}-{i}-{rate}", exp, alloc, workload="sharegpt-chat", request_rate=rate,
+                      normalized_latency_s=latency(rate, 1.5 * MEMORY[alloc][0]), mean_prompt_len=700.0,
+                      median_prompt_len=800.0, mean_output_len=300.0, median_output_len=250.0))
+    for workload, rates in (("sharegpt", (1.0, 2.0)), ("alpaca-synthetic", (15.0, 30.0))):
+        for block in (1, 16, 256):
+            for rate in rates:
+                add(_base(f"paper-block-rate-{workload}-{block}-{rate}", "paper-block-rate", ("paged", None, block),
+                          workload=workload, request_rate=rate,
+                          normalized_latency_s=round(0.05 + 0.01 * rate / rates[0] + 0.02 / block + block / 5000, 4)))
+    for mode in ("recompute", "swap"):
+        for block in (1, 16, 256):
+            add(_base(f"paper-preempt-block-{mode}-{block}", "paper-preempt-block", ("paged", None, block),
+                      preemption=mode, request_rate=2.5,
+                      normalized_latency_s=round(0.06 + (0.05 / block if mode == "swap" else 0.004), 4)))
+    exp = "paper-announce"
+    for i, (baseline, alloc) in enumerate((("static-max", ("contiguous", "max", 16)), ("tgi-max", ("contiguous", "max", 16)),
+                                           ("orca-oracle", ORCA_ORACLE), ("paged", PAGED))):
+        for model, gpu in (("llama-7b", "a10g"), ("llama-13b", "a100-40gb")):
+            for n in (1, 3):
+                add(_base(f"{exp}-{i}-{model}-{n}", exp, alloc, baseline=baseline, model=model, gpu_profile=gpu, n=n,
+                          request_rate=float("inf"), output_token_throughput=round(400 * (i + 1) / n, 1)))
+
     exp = "paper-token-time"
     for i, (alloc, device, scale) in enumerate(((ORCA_MAX, "cpu", 1.0), (("paged", None, 1), "cpu", 1.0),
                                                 (PAGED, "cpu", 1.0))):  # fmt: skip
@@ -234,6 +275,10 @@ def write_fixture(out: str | Path = DEFAULT_OUT) -> Path:
             np.savez_compressed(run_dir / "memmap.npz", **memmap)
         write_run(run_dir, summary, steps, requests, index)
     (out / "index.jsonl.lock").unlink(missing_ok=True)
+    # kernel latency as scripts/gpu_check.sh writes it; made-up numbers for the figure test only
+    rows = ["block_size,context_len,batch,latency_us"]
+    rows += [f"{b},{c},{n},{5 + c * n / 2000 * (1 + 4 / b):.2f}" for b in (8, 16, 32) for c in (256, 1024, 4096) for n in (1, 8)]
+    (out / "kernel_latency.csv").write_text("\n".join(rows) + "\n")
     return out
 
 

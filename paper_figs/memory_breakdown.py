@@ -14,7 +14,8 @@ import pandas as pd
 from paper_figs import common
 
 NAME = "memory_breakdown"
-EXPERIMENT = "paper-breakdown"
+EXPERIMENT = "paper-batch"  # the paper's rates; paper-sat (saturation) adds panels when present
+SATURATION = "paper-sat"
 
 
 def draw(index_df: pd.DataFrame, out_dir: str | Path, results_root: str | Path,
@@ -23,6 +24,13 @@ def draw(index_df: pd.DataFrame, out_dir: str | Path, results_root: str | Path,
     runs = common.pick(index_df, NAME, experiment or EXPERIMENT, need=columns, fallback_any=True)
     if runs is None:
         return []
+    names = index_df["experiment"].astype("string") if "experiment" in index_df else None
+    if experiment is None and names is not None and (names == SATURATION).any():
+        runs = pd.concat([runs, common.pick(index_df, NAME, SATURATION, need=columns)], ignore_index=True)
+    saturated = runs["experiment"].astype(str) == SATURATION
+    runs["workload"] = [f"{common.workload_name(w)}{' (synthetic)' if str(w).startswith('alpaca-syn') else ''}, "
+                        f"{r:g} req/s{' (saturation)' if sat else ''}"
+                        for w, r, sat in zip(runs["workload"], runs["request_rate"], saturated)]
     common.setup_style()
     means = common.mean_by(runs, ["workload", "label"], columns)
     workloads = list(dict.fromkeys(means["workload"]))
@@ -48,7 +56,7 @@ def draw(index_df: pd.DataFrame, out_dir: str | Path, results_root: str | Path,
         ax.set_ylim(0, 100)
         ax.grid(axis="x", visible=False)
         if len(workloads) > 1:
-            ax.set_title(common.workload_name(workload))
+            ax.set_title(f"{runs['model'].iloc[0]}, {workload}", fontsize=9)
     axes[0][0].set_ylabel("share of KV cache slots (%)")
     common.legend_above(fig, common.category_handles(), list(common.CATEGORIES))
     return common.save(fig, out_dir, NAME)

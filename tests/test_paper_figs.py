@@ -79,7 +79,8 @@ def test_a_missing_experiment_is_skipped_with_one_line(tmp_path, capsys):
 
 
 def test_all_with_some_experiments_draws_those_and_reports_the_rest(tmp_path, capsys):
-    """Only breakdown and memmap runs: those two draw, the others skip, exit code 0."""
+    """Only breakdown and memmap runs (and the fixture's GPU kernel file): those draw, the others
+    skip, exit code 0."""
     lines = [line for line in INDEX.read_text().splitlines()
              if json.loads(line)["experiment"] in ("paper-breakdown", "paper-memmap")]
     index = tmp_path / "index.jsonl"
@@ -88,8 +89,9 @@ def test_all_with_some_experiments_draws_those_and_reports_the_rest(tmp_path, ca
     args = ["all", "--index", str(index), "--out", str(out_dir), "--results-root", str(FIXTURE)]
     assert main(args) == 0
     out = capsys.readouterr().out
-    assert "paper_figs: drawn: memory_breakdown, memory_map; skipped: batch_size, latency_vs_rate, " \
-           "sharing, block_size, memory_pressure, token_time; failed: -" in out
+    assert "paper_figs: drawn: memory_breakdown, memory_map, kernel_latency; skipped: batch_size, " \
+           "latency_vs_rate, sharing, block_size, memory_pressure, token_time, parallel_rate, beam_rate, " \
+           "prefix_rate, chatbot_rate, block_size_rate, preempt_block, announcement; failed: -" in out
     for name in ("batch_size", "latency_vs_rate", "sharing", "block_size", "memory_pressure", "token_time"):
         assert sum(line.startswith(f"{name}: skipped (") for line in out.splitlines()) == 1
 
@@ -97,13 +99,13 @@ def test_all_with_some_experiments_draws_those_and_reports_the_rest(tmp_path, ca
 def test_fallbacks_when_the_preferred_experiment_is_absent(tmp_path, capsys):
     """Breakdown falls back to every run with memory columns; the memory map to any memmap.npz."""
     index_df, root = common.load(INDEX)
-    others = index_df[~index_df["experiment"].isin(["paper-breakdown", "paper-memmap"])]
+    others = index_df[~index_df["experiment"].isin(["paper-batch", "paper-memmap"])]
     others = pd.concat([others, index_df[index_df["experiment"] == "paper-memmap"]
                         .assign(experiment="some-other-study")])  # fmt: skip
     assert _module("memory_breakdown").draw(others, tmp_path, root)
     assert _module("memory_map").draw(others, tmp_path, root)
     out = capsys.readouterr().out
-    assert "memory_breakdown: no runs of experiment 'paper-breakdown'; falling back" in out
+    assert "memory_breakdown: no runs of experiment 'paper-batch'; falling back" in out
     assert "memory_map: no run of experiment 'paper-memmap' has memmap.npz; falling back to the 2 runs" in out
     assert "skipped" not in out
 
@@ -175,7 +177,7 @@ def test_attention_per_token_falls_back_to_the_steps():
 
 def test_fixture_is_small_and_reproducible(tmp_path):
     files = [p for p in FIXTURE.rglob("*") if p.is_file()]
-    assert sum(p.stat().st_size for p in files) < 300_000
+    assert sum(p.stat().st_size for p in files) < 700_000  # about 100 runs of a few KiB
     assert not list(FIXTURE.glob("*.lock"))
     make_fixture.write_fixture(tmp_path)
     assert (tmp_path / "index.jsonl").read_text() == INDEX.read_text()
@@ -193,3 +195,12 @@ def test_headline_table_reads_the_fixture():
 
     table = headline(load_index(Path(__file__).parent / "fixtures" / "results_small" / "index.jsonl"))
     assert len(table) > 0 and to_markdown(table).startswith("| measure |")
+
+
+def test_sustainable_rate_never_counts_a_point_after_saturation():
+    from paper_figs.headline import sustainable_rate
+
+    runs = pd.DataFrame({"request_rate": [1.0, 2.0, 3.0, 4.0, 1.0],
+                         "normalized_latency_s": [0.04, 0.07, 0.2, 0.05, 0.06]})  # 4 req/s dips back
+    assert sustainable_rate(runs) == 2.0  # seeds averaged: 0.05 at 1 req/s, limit 0.10
+    assert math.isnan(sustainable_rate(pd.DataFrame({"request_rate": [1.0], "normalized_latency_s": [float("nan")]})))
