@@ -15,7 +15,7 @@ import shutil
 from pathlib import Path
 
 KEY = ("experiment", "allocator", "reserve", "block_size", "workload", "request_rate", "n", "beam_width",
-       "prefix_len", "preemption", "kv_bytes", "model", "backend")
+       "prefix_len", "preemption", "kv_bytes", "model", "backend", "seed", "baseline", "gpu_profile", "system")
 
 
 def main() -> None:
