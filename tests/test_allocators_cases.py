@@ -374,7 +374,8 @@ def test_prefix_fork_copy_on_write():
 # -- bad input and the registry -------------------------------------------------------------------
 @pytest.mark.parametrize("name", list(STRATEGIES))
 def test_bad_input_raises_one_clear_error(name):
-    small = dict(page_bytes=64, token_bytes=4) if name == "vattention" else {}  # 16-token pages
+    small = {"vattention": dict(page_bytes=64, token_bytes=4),  # 16-token pages
+             "paged_window": dict(window=64)}.get(name, {})
     with pytest.raises(AllocatorError, match="block_size must be a power of two >= 1, got 0"):
         build(name, 64, block_size=0, **small)
     with pytest.raises(AllocatorError, match="power of two"):
@@ -402,8 +403,9 @@ def test_bad_input_raises_one_clear_error(name):
 
 
 def test_registry_names_strategies_and_knobs():
-    assert set(STRATEGIES) == {"contiguous", "buddy", "paged", "paged_prefix", "radix", "vattention"}
-    with pytest.raises(AllocatorError, match="unknown allocator 'slab'; allowed: contiguous, buddy, paged, paged_prefix, radix, vattention"):
+    assert set(STRATEGIES) == {"contiguous", "buddy", "paged", "paged_prefix", "paged_window", "radix", "vattention"}
+    with pytest.raises(AllocatorError, match="unknown allocator 'slab'; allowed: contiguous, buddy, paged, paged_prefix, "
+                                             "paged_window, radix, vattention"):
         build("slab", 64)
     with pytest.raises(AllocatorError, match="allocator 'paged' has no knob reserve; allowed: block_size, debug"):
         build("paged", 64, reserve="max")
