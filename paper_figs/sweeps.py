@@ -68,3 +68,21 @@ def lines(runs: pd.DataFrame, *, x: str, y: str, series: str, panel: str | None,
 def finite(runs: pd.DataFrame, *columns: str) -> pd.DataFrame:
     runs = common.numeric(runs, *columns)
     return runs[np.all(np.isfinite(runs[list(columns)].to_numpy(dtype=float)), axis=1)]
+
+
+def knob_rate_figure(index_df: pd.DataFrame, out_dir, *, name: str, experiment: str, knob: str,
+                     knob_title: str) -> list:
+    """Normalized latency vs request rate, one panel per value of ``knob`` (n or beam width),
+    one line per allocator (the paper's Figure 14 layout)."""
+    runs = common.pick(index_df, name, experiment, need=["request_rate", "normalized_latency_s", knob])
+    if runs is None:
+        return []
+    runs = finite(runs, "request_rate", "normalized_latency_s", knob)
+    common.setup_style()
+    model, data = runs["model"].iloc[0], common.workload_name(runs["workload"].iloc[0])
+    fig = lines(runs, x="request_rate", y="normalized_latency_s", series="label", panel=knob,
+                panel_order=sorted(runs[knob].unique()),
+                panel_title=lambda v: f"{model}, {data}, {knob_title} {int(v)}",
+                xlabel="request rate (req/s)", ylabel="normalized latency (s/token)",
+                suptitle="simulated, system vllm-2023; Alpaca is the synthetic stand-in")
+    return common.save(fig, out_dir, name)
