@@ -213,6 +213,19 @@ def write_csv(rows: list[Row], path: str) -> None:
     os.replace(partial, path)
 
 
+LATENCY_COLUMNS = ["block_size", "context_len", "batch", "latency_us"]
+
+
+def write_latency_csv(rows: list[Row], path: str) -> None:
+    """The decode points as Figure 18's table (``paper_figs/kernel_latency.py`` reads it)."""
+    partial = f"{path}.tmp"
+    with open(partial, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(LATENCY_COLUMNS)
+        writer.writerows((r.block_size, r.context, r.batch, r.time_us) for r in rows if r.mode == "decode")
+    os.replace(partial, path)
+
+
 def read_csv(path: str) -> list[Row]:
     types = {f.name: f.type for f in fields(Row)}
     cast = {"int": int, "float": float, "str": str}
@@ -262,6 +275,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--smoke", action="store_true", help="tiny sizes; runs on the CPU (Triton interpreter)")
     parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16"])
     parser.add_argument("--budget-s", type=float, default=210.0, help="stop starting new points after this")
+    parser.add_argument("--latency-out", help="CSV path for the decode latencies of Figure 18")
     parser.add_argument("--report", metavar="CSV", help="print the short table of a finished run and exit")
     args = parser.parse_args(argv)
     if args.report:
@@ -287,6 +301,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.out:
         write_csv(rows, args.out)
         print(f"wrote {len(rows)} rows to {args.out}")
+    if args.latency_out:
+        write_latency_csv(rows, args.latency_out)
     return 0 if rows else 1
 
 

@@ -3,7 +3,8 @@
 #   1. nvidia-smi, torch / triton versions;  2. pytest -m gpu, then the whole kernel suite compiled
 #   on CUDA (on the CPU it runs in the Triton interpreter, which checks no compilation);
 #   3. the kernel benchmark;  4. the engine run (hook below);  then a short table last.
-# Everything lands in $OUT (default ./gpu_out): gpu_check.log, pytest_*.xml/.txt, kernel_bench.csv/.txt.
+# Everything lands in $OUT (default ./gpu_out): gpu_check.log, pytest_*.xml/.txt, kernel_bench.csv/.txt,
+# kernel_latency.csv (Figure 18: copy it next to results/paper/index.jsonl and run make figs).
 # Typical time ~5 minutes (Triton compiles included); the timeouts below cap each step.
 # Needs nothing installed: PYTHONPATH=. (plus the wheels in .whl/ when hydra is missing).
 set -uo pipefail
@@ -37,7 +38,8 @@ checks() {
   [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 
   step "kernel benchmark"
-  timeout 300 "$PY" -m kernels.bench --budget-s 200 --out "$OUT/kernel_bench.csv" > "$OUT/kernel_bench.txt" 2>&1 \
+  timeout 300 "$PY" -m kernels.bench --budget-s 200 --out "$OUT/kernel_bench.csv" \
+    --latency-out "$OUT/kernel_latency.csv" > "$OUT/kernel_bench.txt" 2>&1 \
     || status=1
   tail -n 8 "$OUT/kernel_bench.txt"
 

@@ -15,8 +15,8 @@ from kernels import bench  # noqa: E402
 
 
 def test_smoke_writes_every_column(tmp_path, capsys):
-    out = tmp_path / "kernel_bench.csv"
-    assert bench.main(["--smoke", "--out", str(out)]) == 0
+    out, latency = tmp_path / "kernel_bench.csv", tmp_path / "kernel_latency.csv"
+    assert bench.main(["--smoke", "--out", str(out), "--latency-out", str(latency)]) == 0
     with open(out, newline="") as f:
         reader = csv.DictReader(f)
         assert reader.fieldnames == bench.CSV_COLUMNS
@@ -30,6 +30,13 @@ def test_smoke_writes_every_column(tmp_path, capsys):
         expected_bytes = 2 * int(r["batch"]) * int(r["context"]) * int(r["num_kv_heads"]) * int(r["head_size"]) * 4 \
             + 2 * int(r["batch"]) * int(r["q_len"]) * int(r["num_heads"]) * int(r["head_size"]) * 4
         assert int(r["bytes"]) == expected_bytes
+    decode = [(int(r["block_size"]), int(r["context"]), int(r["batch"]), float(r["time_us"]))
+              for r in rows if r["mode"] == "decode"]
+    with open(latency, newline="") as f:
+        reader = csv.DictReader(f)
+        assert reader.fieldnames == bench.LATENCY_COLUMNS
+        assert [(int(r["block_size"]), int(r["context_len"]), int(r["batch"]), float(r["latency_us"]))
+                for r in reader] == decode
     printed = capsys.readouterr().out
     assert "copy bandwidth" in printed and "mode" in printed and f"wrote {len(rows)} rows" in printed
     assert bench.main(["--report", str(out)]) == 0
