@@ -395,7 +395,7 @@ def _progress_bar(cfg: DictConfig, total: int, desc: str) -> _Progress | None:
 
 SHOW_COLUMNS = ("allocator_label", "reserve", "block_size", "workload", "num_finished", "num_rejected",
                 "mean_batch_size", "request_throughput", "normalized_latency_s", "mem_token_frac",
-                "mem_reserved_frac", "mem_internal_frac", "mem_external_frac", "num_preemptions")
+                "mem_reserved_frac", "mem_internal_frac", "mem_external_frac", "mem_cached_frac", "num_preemptions")
 
 
 def format_table(rows: list[dict], columns=SHOW_COLUMNS) -> str:
