@@ -126,12 +126,12 @@ def test_large_decode_batch_is_bandwidth_bound(opt13b, a100):
     weights_s = opt13b.num_params * 2 / bw
     assert t["forward_s"] == pytest.approx(weights_s, rel=0.01)  # linear + lm_head ~ all params
     assert t["duration_s"] == pytest.approx(t["overhead_s"] + weights_s, rel=0.10)
-    assert t["dense_flops"] / (a100.peak_flops * cm.DEFAULTS["eff_flops"]) < 0.3 * t["forward_s"]
+    assert t["dense_flops"] / (a100.peak_flops * cm.matmul_efficiency(a100, 5120)) < 0.3 * t["forward_s"]
 
 
 def test_large_prefill_is_compute_bound(opt13b, a100):
     t = times(opt13b, a100, [prefill_chunk(i, 1024, 16) for i in range(8)])
-    compute_s = 2 * opt13b.num_params * 8 * 1024 / (a100.peak_flops * cm.DEFAULTS["eff_flops"])
+    compute_s = 2 * opt13b.num_params * 8 * 1024 / (a100.peak_flops * cm.matmul_efficiency(a100, 5120))
     assert t["forward_s"] == pytest.approx(compute_s, rel=0.03)
     assert t["duration_s"] == pytest.approx(compute_s, rel=0.05)
     # causal attention FLOPs of the chunks: 4 * heads * head_size * layers per (query, key) pair
@@ -224,7 +224,7 @@ def test_plain_objects_and_float32_models():
     gpu = SimpleNamespace(name="g", memory_bytes=2**30, peak_flops=100e12, peak_flops_fp32=10e12,
                           mem_bandwidth=1e12, interconnect_bandwidth=None, host_bandwidth=32e9, count=1)
     p = cm.CostParams.from_configs(model, gpu)
-    assert p.flops_rate == 10e12 * cm.DEFAULTS["eff_flops"]  # fp32 uses CUDA-core FLOP/s
+    assert p.flops_rate == pytest.approx(10e12 * cm.DEFAULTS["eff_flops"] * 64 / (64 + cm.DEFAULTS["gemm_half_width"]))  # fp32: CUDA cores
     assert cm.weight_bytes(model) == cm.count_params(model) * 4
     r = SimExecutor(model, gpu, seed=1).execute(StepBatch([decode_chunk(3, 10, 4)], 4))
     assert 0 <= r.next_tokens[3] < 256 and r.duration_s > 0

@@ -95,11 +95,15 @@ MiB = 1 << 20
 FAMILIES = ("opt", "llama", "mistral", "qwen2", "qwen3", "phi3", "gemma", "gemma2", "gemma3_text", "olmo", "olmo2")
 
 DEFAULTS: dict[str, float] = {
-    # Achieved fraction of peak tensor FLOP/s in the dense layers. cuBLAS fp16 GEMMs reach
-    # roughly 70-90 % of peak on large shapes (NVIDIA, "Matrix Multiplication Background
-    # User's Guide", Deep Learning Performance docs, A100 GEMM figures); LLM layer shapes at
-    # moderate token counts sit at the lower end.
-    "eff_flops": 0.70,
+    # Dense layers reach eff_flops * h / (h + gemm_half_width) of peak tensor FLOP/s for a
+    # model of hidden size h: GEMMs of small width fill the GPU's tiles and waves worse
+    # (NVIDIA, "Matrix Multiplication Background User's Guide": tile and wave quantization).
+    # The form is Hockney's half-performance length on the width. Both constants, like
+    # layer_overhead_s and allreduce_latency_s, are CALIBRATED: least squares on log error
+    # over the 49 published FasterTransformer GPT latencies in measurements.csv
+    # (`kvbench-validate --fit`); leave-one-model-out median error 3.5%.
+    "eff_flops": 0.94,
+    "gemm_half_width": 2840.0,
     # Achieved fraction of peak FLOP/s of prefill attention: FlashAttention-2 reaches 50-73 %
     # of A100 peak in the forward pass (Dao, "FlashAttention-2", 2023, Sec. 4.1).
     "eff_attn_flops": 0.50,
@@ -120,16 +124,19 @@ DEFAULTS: dict[str, float] = {
     # tensors, the synchronising copy of sampled tokens). Assumption of order 1 ms for a
     # Python serving engine; calibrate with the hf executor.
     "step_overhead_s": 1.0e-3,
-    # Per-layer launch cost not hidden behind GPU work: a decoder layer runs about 10 kernels
-    # (FasterTransformer's GPT decoder: layernorm, QKV GEMM, bias/rotary, attention, output
-    # GEMM, bias+residual+layernorm, two FFN GEMMs, activation, bias+residual), each costing at
-    # least a launch of about 5 us that a small decode step cannot hide (NVIDIA, CUDA C++ Best
-    # Practices Guide, kernel launch overhead). Checked, not fitted, against published latencies
-    # by ``kvbench-validate`` (was 10 us: the model then ran 23% fast at the median).
-    "layer_overhead_s": 5.0e-5,
-    # Latency of one small NCCL all-reduce inside a node (nccl-tests all_reduce_perf at small
-    # sizes: of order 10 us over NVLink).
-    "allreduce_latency_s": 1.0e-5,
+    # Per-layer GPU cost not hidden behind the layer's work: a decoder layer runs about 10
+    # kernels (FasterTransformer's GPT decoder: layernorm, QKV GEMM, bias/rotary, attention,
+    # output GEMM, bias+residual+layernorm, two FFN GEMMs, activation, bias+residual), each
+    # paying a launch (about 5 us, CUDA C++ Best Practices Guide) plus its ramp-up and tail,
+    # which a small decode step cannot hide. CALIBRATED (see eff_flops): 110 us per layer.
+    # First-principles values were 10 us, then 50 us; the model ran 20-40% fast at both.
+    "layer_overhead_s": 1.1e-4,
+    # Cost of one all-reduce of the hidden states inside a node beyond its ring traffic.
+    # CALIBRATED (see eff_flops) on the GPT-89B and 175B points on 8 A100s: 127 us, well above
+    # nccl-tests' small-message latency over NVLink (order 10-30 us). Those points were measured
+    # through the Triton inference server, whose per-request cost the fit can only book here, so
+    # tensor-parallel steps may be modelled slow by up to ~10% (their held-out error is 9-11%).
+    "allreduce_latency_s": 1.27e-4,
     # Fixed cost of one host<->device transfer (cudaMemcpyAsync call + DMA setup), order
     # 5 us (CUDA samples bandwidthTest at small sizes).
     "host_transfer_latency_s": 5.0e-6,
@@ -267,6 +274,12 @@ def constant(gpu, system, name: str) -> float:
     return gpu_constant(gpu, name) if value is None else float(value)
 
 
+def matmul_efficiency(gpu, hidden: int) -> float:
+    """Achieved fraction of peak in the dense layers of a model of this hidden size:
+    ``eff_flops * h / (h + gemm_half_width)`` (see DEFAULTS)."""
+    return gpu_constant(gpu, "eff_flops") * hidden / (hidden + gpu_constant(gpu, "gemm_half_width"))
+
+
 def gpu_count(gpu) -> int:
     count = int(getattr(gpu, "count", None) or 1)
     if count < 1:
@@ -362,7 +375,7 @@ class CostParams:
             segments_per_copy_op=2.0 * layers,
             sample_cost_s=(constant(gpu, system, "sample_host_s")
                            + SAMPLING_PASSES * vocab * LOGIT_BYTES / mem_rate),
-            flops_rate=peak * gpu_constant(gpu, "eff_flops"),
+            flops_rate=peak * matmul_efficiency(gpu, h),
             attn_flops_rate=peak * gpu_constant(gpu, "eff_attn_flops"),
             mem_rate=mem_rate,
             host_rate=float(gpu.host_bandwidth) * gpu_constant(gpu, "eff_host"),

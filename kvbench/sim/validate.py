@@ -6,7 +6,13 @@ tokens, one prefill step that samples the first token, then ``output_len - 1`` d
 steps. The host side is the measured system's: FasterTransformer is a C++ runtime with no
 Python scheduler between steps, so its per-step host overhead is 0 (the per-layer launch cost
 of the GPU profile stays). Prints model vs measured and the error of every point, then the
-median and worst absolute errors. Nothing here is fitted: a wrong point means wrong physics.
+median and worst absolute errors.
+
+``--fit`` calibrates the four GPU-side constants that first principles leave open
+(``FIT_KEYS``: per-layer launch cost, all-reduce latency, the asymptotic matmul efficiency
+and its half-performance hidden size) by least squares on log(model / measured), and reports
+the leave-one-model-out error: each model's points predicted by constants fitted on the other
+models only. The values it prints are the ones in ``cost_model.DEFAULTS``.
 """
 from __future__ import annotations
 
@@ -16,7 +22,9 @@ import statistics
 import sys
 from pathlib import Path
 
+import numpy as np
 from omegaconf import OmegaConf
+from scipy.optimize import least_squares
 
 from kvbench.sim.cost_model import CostParams, StepSummary, step_time
 from kvbench.sim.profiles import load_gpu
@@ -66,11 +74,14 @@ def load_points(path: Path = MEASUREMENTS) -> list[dict]:
         return list(csv.DictReader(line for line in f if not line.startswith("#")))
 
 
-def evaluate(points: list[dict], system: str = "fastertransformer") -> list[dict]:
-    """Each point with ``model_ms`` and ``error`` (model / measured - 1)."""
+def evaluate(points: list[dict], system: str = "fastertransformer", constants: dict | None = None) -> list[dict]:
+    """Each point with ``model_ms`` and ``error`` (model / measured - 1); ``constants``
+    override cost-model constants on every GPU profile (as a profile key would)."""
     out = []
     for p in points:
         gpu = load_gpu(p["gpu"], count=int(p["count"]))
+        if constants:
+            gpu = OmegaConf.merge(gpu, constants)
         params = CostParams.from_configs(gpt_model(p["model"]), gpu, OmegaConf.create(SYSTEMS[system]))
         model_ms = static_batch_ms(params, int(p["batch"]), int(p["input_len"]), int(p["output_len"]))
         measured = float(p["measured_ms"])
@@ -82,13 +93,60 @@ def median_abs_error(rows: list[dict]) -> float:
     return statistics.median(abs(r["error"]) for r in rows)
 
 
+# name: (start, lower, upper, scale): scale keeps the optimiser's steps of order one
+FIT_KEYS: dict[str, tuple[float, float, float, float]] = {
+    "layer_overhead_s": (5e-5, 0.0, 1e-3, 1e-4),
+    "allreduce_latency_s": (1e-5, 0.0, 1e-3, 1e-4),
+    "eff_flops": (0.7, 0.1, 1.0, 1.0),
+    "gemm_half_width": (1000.0, 0.0, 2e4, 1e3),
+}
+
+
+def fit(points: list[dict]) -> dict[str, float]:
+    """``FIT_KEYS`` minimising the squared log error over ``points``."""
+    start, lower, upper, scale = (np.array(col) for col in zip(*FIT_KEYS.values()))
+
+    def residuals(x):
+        constants = dict(zip(FIT_KEYS, (x * scale).tolist()))
+        return [np.log1p(r["error"]) for r in evaluate(points, constants=constants)]
+
+    result = least_squares(residuals, start / scale, bounds=(lower / scale, upper / scale), x_scale=1.0)
+    return dict(zip(FIT_KEYS, (result.x * scale).tolist()))
+
+
+def leave_one_model_out(points: list[dict]) -> list[dict]:
+    """Every point predicted by constants fitted on the other models' points."""
+    out = []
+    for name in sorted({p["model"] for p in points}):
+        constants = fit([p for p in points if p["model"] != name])
+        out += evaluate([p for p in points if p["model"] == name], constants=constants)
+    return out
+
+
+def print_fit(points: list[dict]) -> None:
+    constants = fit(points)
+    print("constants fitted on every point (cost_model.DEFAULTS):")
+    for key, value in constants.items():
+        print(f"  {key:20} {value:.4g}")
+    print(f"in-sample median |error| {median_abs_error(evaluate(points, constants=constants)):.1%}")
+    held_out = leave_one_model_out(points)
+    for name in sorted({r["model"] for r in held_out}):
+        rows = [r for r in held_out if r["model"] == name]
+        print(f"  {name:9} held out: median |error| {median_abs_error(rows):.1%}")
+    print(f"leave-one-model-out median |error| {median_abs_error(held_out):.1%}")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--file", type=Path, default=MEASUREMENTS, help="measurements CSV")
+    parser.add_argument("--fit", action="store_true", help="calibrate FIT_KEYS and cross-validate them")
     args = parser.parse_args(argv)
     if not args.file.is_file():
         print(f"kvbench-validate: no measurements file {args.file}", file=sys.stderr)
         return 2
+    if args.fit:
+        print_fit(load_points(args.file))
+        return 0
     rows = evaluate(load_points(args.file))
     print(f"{'model':9} {'GPUs':>4} {'batch':>5} {'in':>4} {'out':>4} {'measured ms':>12} {'model ms':>10} {'error':>7}")
     for r in rows:
