@@ -202,12 +202,20 @@ class PagedAllocator(Allocator):
         if final_len is not None:
             check_length("final_len", final_len)
         ref = self._ref
-        for b in parent.table:
+        for b in self._held(parent_id, parent):
             ref[b] += 1
         self._seqs[child_id] = self._child_of(parent)
+        self._forked(parent_id, child_id)
         if self.debug:
             self.check_invariants()
         return True
+
+    def _held(self, seq_id: int, seq: _PagedSeq) -> list[int]:
+        """The table entries that hold a reference (subclasses may drop some, e.g. a window)."""
+        return seq.table
+
+    def _forked(self, parent_id: int, child_id: int) -> None:
+        """Hook after a fork: subclasses copy their per-sequence state."""
 
     def _child_of(self, parent: _PagedSeq) -> _PagedSeq:
         return _PagedSeq(list(parent.table), parent.num_tokens, parent.prompt_len, parent.max_len)
@@ -218,13 +226,17 @@ class PagedAllocator(Allocator):
             raise AllocatorError(f"unknown sequence {seq_id}")
         ref = self._ref
         released = []
-        for b in reversed(seq.table):
+        for b in reversed(self._held(seq_id, seq)):
             ref[b] -= 1
             if not ref[b]:
                 released.append(b)
+        self._freed(seq_id)
         self._release_blocks(released)
         if self.debug:
             self.check_invariants()
+
+    def _freed(self, seq_id: int) -> None:
+        """Hook after a free, before its blocks return: subclasses drop per-sequence state."""
 
     # -- views -------------------------------------------------------------------------------
     def block_table(self, seq_id: int) -> list[int]:

@@ -67,40 +67,15 @@ class PagedWindowAllocator(PagedAllocator):
         self._window_freed_blocks += len(released)
         self._release_blocks(released[::-1])
 
-    def fork(self, parent_id: int, child_id: int, final_len: int | None = None) -> bool:
-        parent = self._seqs.get(parent_id)
-        if parent is None:
-            raise AllocatorError(f"unknown sequence {parent_id}")
-        if child_id in self._seqs:
-            raise AllocatorError(f"sequence {child_id} is already live")
-        if final_len is not None:
-            check_length("final_len", final_len)
-        ref = self._ref
-        for b in parent.table:
-            if b != DROPPED:
-                ref[b] += 1
-        self._seqs[child_id] = self._child_of(parent)
-        self._dropped[child_id] = self._dropped.get(parent_id, 0)
-        if self.debug:
-            self.check_invariants()
-        return True
+    def _held(self, seq_id: int, seq: _PagedSeq) -> list[int]:
+        dropped = self._dropped.get(seq_id, 0)
+        return seq.table[dropped:] if dropped else seq.table
 
-    def free(self, seq_id: int) -> None:
-        seq = self._seqs.pop(seq_id, None)
-        if seq is None:
-            raise AllocatorError(f"unknown sequence {seq_id}")
+    def _forked(self, parent_id: int, child_id: int) -> None:
+        self._dropped[child_id] = self._dropped.get(parent_id, 0)
+
+    def _freed(self, seq_id: int) -> None:
         self._dropped.pop(seq_id, None)
-        ref = self._ref
-        released = []
-        for b in reversed(seq.table):
-            if b == DROPPED:
-                break  # dropped entries are a prefix
-            ref[b] -= 1
-            if not ref[b]:
-                released.append(b)
-        self._release_blocks(released)
-        if self.debug:
-            self.check_invariants()
 
     def stats(self) -> dict[str, float | int | None]:
         out = super().stats()

@@ -11,11 +11,12 @@ FFN columns) and all-reduces are added.
     overhead  = step_overhead_s + num_layers * layer_overhead_s + num_seqs * seq_overhead_s
         num_seqs  = sequences in the step's batch (host-side scheduling and input preparation)
                 + (page_maps + page_unmaps) * 2 * num_layers * VMM_CALL_S     [vattention only]
-    forward   = max(dense_flops / (peak * eff_flops), weight_read_bytes / (bw * eff_bw))
+    forward   = max(dense_flops / (peak * eff_matmul), weight_read_bytes / (bw * eff_bw))
                 + 2 * num_layers * all_reduce(num_tokens * hidden * dtype_bytes)      [n > 1]
         dense_flops       = 2 * linear_params * num_tokens + 2 * vocab * hidden * num_sampled
         weight_read_bytes = (linear_params + vocab * hidden) * dtype_bytes   (read once per step)
         all_reduce(B)     = allreduce_latency_s + 2 (n-1)/n * B / (interconnect_bw * eff_interconnect)
+        eff_matmul        = eff_flops * hidden / (hidden + gemm_half_width)
     attention = sum over {prefill chunks, decode chunks} (two kernels) of
                   max(pairs * 4 * num_heads * head_size * num_layers / (peak * eff_attn_flops),
                       (blocks * block_size * bytes_per_slot + blocks * segments_per_block
@@ -77,9 +78,10 @@ system being modelled, not the GPU: a system profile (``conf/system/*.yaml``, e.
 profile and DEFAULTS (``constant`` below).
 
 Constants. Datasheet figures live in the GPU profiles. The efficiency and overhead constants
-below are first-principles values with their sources, not fitted to any paper's curve; a
-profile may override any of them with a top-level key of the same name (that is where values
-calibrated on the project's own GPU measurements go).
+below are first-principles values with their sources, except four marked CALIBRATED, which
+``kvbench-validate --fit`` fits to published FasterTransformer latencies (never to the
+PagedAttention paper's results); a profile may override any of them with a top-level key of
+the same name (that is where values calibrated on the project's own GPU measurements go).
 """
 from __future__ import annotations
 
