@@ -61,7 +61,7 @@ def _ratio(sub: pd.DataFrame, top: str, base: str, column: str) -> str | None:
         return None
     ratio = a[seeds] / b[seeds]
     spread = f" ± {ratio.std():.2f}" if len(seeds) > 1 else ""
-    return f"{ratio.mean():.2f}x{spread} ({a[seeds].mean():.1f} vs {b[seeds].mean():.1f}; {len(seeds)} seeds)"
+    return f"{ratio.mean():.2f}x{spread} ({a[seeds].mean():.1f} vs {b[seeds].mean():.1f}; {len(seeds)} seed{'s' if len(seeds) > 1 else ''})"
 
 
 def headline(index: pd.DataFrame) -> pd.DataFrame:

@@ -50,3 +50,14 @@ def test_scheduler_class_by_config():
         scheduler_class("chunky")
     with pytest.raises(ValueError, match="engine.batching must be one of"):
         scheduler_class("mixed", "dynamic")
+
+
+def test_prompt_first_admits_no_more_than_max_num_seqs_running():
+    specs = [(5, 3, 0.0), (4, 2, 1.0), (4, 2, 1.0)]
+    out, got = run(PromptFirstScheduler, specs, max_num_seqs=2)
+    # at t=1 one sequence runs, so only one of the two waiting prompts is admitted; the third
+    # waits until a running sequence has finished (vLLM 0.1 counted running + new against the cap)
+    assert got[1] == [(1, 0, 4)]
+    admitted_at = next(i for i, batch in enumerate(got) if (2, 0, 4) in batch)
+    assert all(len(batch) <= 2 for batch in got)
+    assert admitted_at > 2 and out.summary["num_finished"] == 3

@@ -5,7 +5,9 @@
                   (vLLM with chunked prefill; Orca's iteration-level batching).
     prompt_first  paper-era vLLM (v0.1, 2023): a step runs either prompts only or decodes
                   only. Waiting prompts are admitted first; if any were, the step holds just
-                  their prefills and the running sequences wait one step.
+                  their prefills and the running sequences wait one step. Admission stops
+                  when running plus new sequences would exceed ``max_num_seqs``, as vLLM 0.1's
+                  scheduler did, so every running sequence fits in the next decode step.
     static        static batching (FasterTransformer, HF ``generate``): a batch is admitted
                   only when the previous one has entirely finished; nothing joins a running
                   batch. Finished members stop costing compute (an optimistic reading of
@@ -23,15 +25,20 @@ class PromptFirstScheduler(Scheduler):
     def schedule(self) -> StepBatch:
         if self.waiting and not self.swapped:
             running, self.running = self.running, []
+            self._held_aside = sum(len(group.seqs) for group in running)
             try:
                 batch = super().schedule()  # nothing running: only admissions of waiting prompts
             finally:
                 admitted, self.running = self.running, running
+                self._held_aside = 0
                 for group in admitted:
                     self._insert_running(group)
             if batch.chunks or batch.copy_ops:
                 return batch
         return self._decode_step()
+
+    def _seq_limit(self) -> int:
+        return self.cfg.max_num_seqs - getattr(self, "_held_aside", 0)
 
     def _decode_step(self) -> StepBatch:
         self._admission_closed = True

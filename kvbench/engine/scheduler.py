@@ -119,6 +119,10 @@ class Scheduler:
         """The last schedule() preempted a group (and so admitted none)."""
         return self._preempted_now
 
+    def _seq_limit(self) -> int:
+        """Sequences this step may schedule (a policy may subtract sequences it holds aside)."""
+        return self.cfg.max_num_seqs
+
     def has_work(self) -> bool:
         return bool(self.waiting or self.running or self.swapped)
 
@@ -128,7 +132,7 @@ class Scheduler:
         self._copy_ops: list = []
         self._preempted_now = False
         budget = self.cfg.max_num_batched_tokens
-        seq_budget = self.cfg.max_num_seqs
+        seq_budget = self._seq_limit()
         chunks: list[SeqChunk] = []
 
         i = 0
