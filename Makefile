@@ -54,9 +54,10 @@ figs: setup
 	$(BIN)/python -m paper_figs all --index $(RESULTS)/index.jsonl
 	$(BIN)/python -m paper_figs beyond --index $(RESULTS)/beyond/index.jsonl
 
-# The studies (one-hour traces for the headline studies, 100 s for the rest: estimated 85-95 min
-# with JOBS=2 on 2 cores, not yet timed end to end; each
-# job's log in results/log-*.txt), the CPU twins on the real model, then the figures.
+# The studies (one-hour traces for the headline studies, 100 s for the rest; each job's log in
+# results/log-*.txt), the CPU twins on the real model, then the figures. Measured end to end on
+# the 2-core development machine with JOBS=2: 100 min (6,005 s), part of it sharing the CPU with
+# a test run; the one-hour OPT-13B ShareGPT rate sweep (96 jobs) alone took 36 min.
 paper: setup
 	mkdir -p results
 	RESULTS=results JOBS=$(JOBS) scripts/run_paper.sh progress=false
