@@ -92,8 +92,10 @@ def _allocator(cfg: DictConfig, geometry: KVGeometry, kv_bytes: int):
         knobs.setdefault("token_bytes", geometry.num_kv_heads * geometry.head_size * geometry.dtype_bytes)
     if cfg.allocator.name == "paged_window":
         _window_knob(cfg, geometry, knobs)
+    from kvbench.peers import PEERS, build_peer
+    build = build_peer if cfg.allocator.name in PEERS else build_allocator
     try:
-        allocator = build_allocator(cfg.allocator.name, num_slots, debug=bool(cfg.engine.debug), **knobs)
+        allocator = build(cfg.allocator.name, num_slots, debug=bool(cfg.engine.debug), **knobs)
     except AllocatorError as exc:
         raise ConfigError(f"allocator ({cfg.allocator.name}): {exc}") from None
     return num_slots, allocator

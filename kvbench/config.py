@@ -47,7 +47,8 @@ def validate(cfg) -> None:
     _check_paths(cfg)
     check_rules(cfg)
 
-    _choice(cfg, "allocator.name", cfg.allocator.name, sorted(STRATEGIES))
+    from kvbench.peers import PEERS
+    _choice(cfg, "allocator.name", cfg.allocator.name, sorted(STRATEGIES) + sorted(PEERS))
     _choice(cfg, "backend.name", cfg.backend.name, ("sim", "hf"))
     eng = cfg.engine
     _positive_int("engine.max_num_batched_tokens", eng.max_num_batched_tokens)
