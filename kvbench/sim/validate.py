@@ -153,9 +153,12 @@ def print_end_to_end(rows: list[dict], every_point: bool) -> None:
         worst = max(rs, key=lambda r: abs(r["error"]))["error"]
         print(f"{model:9} {tp:>3} {len(rs):>6} {statistics.median(r['error'] for r in rs):+13.1%} "
               f"{median_abs_error(rs):15.1%} {worst:+7.1%}")
-    single, tensor_parallel = training_split(rows)
-    print(f"{len(rows)} points; median |error| {median_abs_error(rows):.1%}; single GPU (layer_overhead_s fitted "
-          f"on these) {median_abs_error(single):.1%}; tensor parallel (held out) {median_abs_error(tensor_parallel):.1%}")
+    parts = [f"{len(rows)} points; median |error| {median_abs_error(rows):.1%}"]
+    for name, split in zip(("single GPU (layer_overhead_s fitted on these)", "tensor parallel (held out)"),
+                           training_split(rows)):
+        if split:
+            parts.append(f"{name} {median_abs_error(split):.1%}")
+    print("; ".join(parts))
     print("sources:\n  " + "\n  ".join(sorted({r["source"] for r in rows})))
 
 
