@@ -139,6 +139,17 @@ def check_rules(cfg) -> None:
                 raise ConfigError(f"{rule.key} is missing; it must be {rule.allowed()}")
             rule.check(value)
     _check_beam_limits(cfg)
+    _check_allreduce_table(cfg)
+
+
+def _check_allreduce_table(cfg) -> None:
+    """A sim GPU's measured all-reduce table must be one that ships (kvbench/sim/allreduce.py)."""
+    name = _select(cfg, "gpu.allreduce_table", missing=True) if _sim(cfg) else None
+    if name is not None and name is not _MISSING:
+        from kvbench.sim import allreduce
+
+        if name not in allreduce.available():
+            raise ConfigError(f"gpu.allreduce_table must be one of {allreduce.available()} or null; got {name!r}")
 
 
 def _check_beam_limits(cfg) -> None:
