@@ -372,6 +372,7 @@ class CostParams:
     vocab_size: int
     allreduce_table: tuple | None  # measured (sizes, seconds) for ``count`` workers, or None
     _layer_s: dict = field(default_factory=dict, compare=False, repr=False)  # tokens -> seconds
+    _lm_head_s: dict = field(default_factory=dict, compare=False, repr=False)  # rows -> seconds
 
     def dense_layer_s(self, tokens: int) -> float:
         """One layer's non-attention time on one rank (``operators``), memoised by token count."""
@@ -382,11 +383,13 @@ class CostParams:
         return t
 
     def lm_head_s(self, rows: int) -> float:
-        """The vocabulary projection of ``rows`` sampled rows, vocab split over the ranks."""
-        if not rows:
-            return 0.0
-        return float(gemm_s(self.op_constants, self.peak_flops, self.mem_bandwidth, rows, self.layer.hidden,
-                            self.vocab_size / self.count, self.layer.dtype_bytes))
+        """The vocabulary projection of ``rows`` sampled rows, vocab split over the ranks (memoised)."""
+        t = self._lm_head_s.get(rows)
+        if t is None:
+            t = self._lm_head_s[rows] = 0.0 if not rows else float(gemm_s(
+                self.op_constants, self.peak_flops, self.mem_bandwidth, rows, self.layer.hidden,
+                self.vocab_size / self.count, self.layer.dtype_bytes))
+        return t
 
     def allreduce_s(self, nbytes: float) -> float:
         """One all-reduce of ``nbytes`` over the ``count`` ranks."""
