@@ -130,7 +130,9 @@ DEFAULTS: dict[str, float] = {
     # bandwidth figures in the CUDA samples' bandwidthTest).
     "eff_bw": 0.85,
     # Achieved all-reduce bus bandwidth over the link rate, for the fallback formula.
-    # CALIBRATED with allreduce_latency_s (nccl-tests report 75-80 % for large messages).
+    # CALIBRATED with allreduce_latency_s. Lower than nccl-tests' 75-80 % for large messages:
+    # one latency and one bandwidth cannot follow the measured curve over 2 KB to 64 MB, and
+    # the fit settles here (median error 13.5 % on the A100 table, which the A100 profiles use).
     "eff_interconnect": 0.4881,
     # Pinned host<->device copies reach about 80 % of the PCIe x16 rate (about 25 of 32 GB/s on
     # Gen4; CUDA samples bandwidthTest).

@@ -20,7 +20,10 @@ gate and up fused), ``mlp_act``, ``mlp_down_proj`` (fc2), ``add`` (one residual 
 once per layer as the measurements do). Attention is not here (``cost_model`` keeps it a
 roofline): the measurements hold no attention kernel.
 
-The formulas take floats or numpy arrays alike (the validation evaluates thousands at once).
+Every measured model is Llama-like (gated MLP, rotary, RMSNorm); OPT-style layers (fc1/fc2,
+LayerNorm, no rotary) use the same constants, which only the end-to-end FasterTransformer GPT
+rows check. The formulas take floats or numpy arrays alike (the validation evaluates thousands
+at once).
 """
 from __future__ import annotations
 
