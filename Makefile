@@ -85,9 +85,11 @@ paper-quick: setup
 	RESULTS=results JOBS=1 EXPERIMENTS="$(PAPER_HF_EXPERIMENTS)" scripts/run_paper.sh progress=false workload.num_requests=4
 	$(MAKE) figs RESULTS=results
 
-# The cost model against published measurements (kvbench/sim/measurements.csv).
+# The cost model against measurements: operator times and NCCL all-reduces on A100 and H100
+# (kvbench/sim/data/vidur, held-out models and TP degrees) and FasterTransformer latencies
+# (kvbench/sim/measurements.csv). About a minute on 2 cores.
 validate: setup
-	$(BIN)/python -m kvbench.sim.validate
+	$(BIN)/python -m kvbench.sim.validate --held-out
 
 # On a machine with a GPU and nothing installable: see shared notes and scripts/gpu_check.sh.
 gpu-check:

@@ -86,6 +86,13 @@ RULES: list[Rule] = [
     *(Rule(f"gpu.{key}", "number", above=0, high=1e18, when=_sim)
       for key in ("peak_flops", "peak_flops_fp32", "mem_bandwidth", "interconnect_bandwidth", "host_bandwidth")),
     Rule("gpu.count", "int", low=1, high=4096, when=_sim),
+    # cost-model operator constants a GPU profile may set (kvbench/sim/operators.py)
+    *(Rule(f"gpu.{key}", "number", above=0, high=1, when=lambda cfg, k=key: _sim(cfg) and _has(f"gpu.{k}")(cfg))
+      for key in ("gemm_eff_max", "gemm_eff_bw", "norm_eff_bw", "act_eff_bw", "rope_eff_bw", "add_eff_bw")),
+    *(Rule(f"gpu.{key}", "number", low=0, high=1e6, when=lambda cfg, k=key: _sim(cfg) and _has(f"gpu.{k}")(cfg))
+      for key in ("gemm_m_half", "gemm_n_half", "gemm_k_half")),
+    *(Rule(f"gpu.{key}_fixed_s", "number", low=0, high=1, when=lambda cfg, k=key: _sim(cfg) and _has(f"gpu.{k}_fixed_s")(cfg))
+      for key in ("gemm", "norm", "act", "rope", "add")),
     # engine
     Rule("engine.max_num_batched_tokens", "int", low=1, high=10_000_000),
     Rule("engine.max_num_seqs", "int", low=1, high=1_000_000),
@@ -132,6 +139,17 @@ def check_rules(cfg) -> None:
                 raise ConfigError(f"{rule.key} is missing; it must be {rule.allowed()}")
             rule.check(value)
     _check_beam_limits(cfg)
+    _check_allreduce_table(cfg)
+
+
+def _check_allreduce_table(cfg) -> None:
+    """A sim GPU's measured all-reduce table must be one that ships (kvbench/sim/allreduce.py)."""
+    name = _select(cfg, "gpu.allreduce_table", missing=True) if _sim(cfg) else None
+    if name is not None and name is not _MISSING:
+        from kvbench.sim import allreduce
+
+        if name not in allreduce.available():
+            raise ConfigError(f"gpu.allreduce_table must be one of {allreduce.available()} or null; got {name!r}")
 
 
 def _check_beam_limits(cfg) -> None:

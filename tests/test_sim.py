@@ -13,6 +13,7 @@ from kvbench.batch import SeqChunk, StepBatch, SwapOp
 from kvbench.executors import build_executor
 from kvbench.executors.sim import SimExecutor
 from kvbench.geometry import KVGeometry
+from kvbench.sim import allreduce
 from kvbench.sim import cost_model as cm
 from kvbench.sim.profiles import CONF_DIR, available, load_gpu, load_model
 
@@ -122,18 +123,29 @@ def test_kv_cache_bytes_tensor_parallel_and_errors():
 # -- closed forms -------------------------------------------------------------------------
 def test_large_decode_batch_is_bandwidth_bound(opt13b, a100):
     t = times(opt13b, a100, [decode_chunk(i, 64, 16) for i in range(32)])
-    bw = a100.mem_bandwidth * cm.DEFAULTS["eff_bw"]
-    weights_s = opt13b.num_params * 2 / bw
-    assert t["forward_s"] == pytest.approx(weights_s, rel=0.01)  # linear + lm_head ~ all params
-    assert t["duration_s"] == pytest.approx(t["overhead_s"] + weights_s, rel=0.10)
+    c = cm.op_constants(a100)
+    weights_s = opt13b.num_params * 2 / (a100.mem_bandwidth * c["gemm_eff_bw"])  # linear + lm_head ~ all params
+    fixed_s = 40 * (4 * c["gemm_fixed_s"] + 2 * c["norm_fixed_s"] + c["act_fixed_s"] + c["add_fixed_s"]) + c["gemm_fixed_s"]
+    assert t["forward_s"] == pytest.approx(weights_s + fixed_s, rel=0.03)  # + activations and elementwise ops: ~2%
+    assert t["forward_s"] > weights_s + fixed_s
+    assert t["duration_s"] == pytest.approx(t["overhead_s"] + weights_s + fixed_s, rel=0.10)
     assert t["dense_flops"] / (a100.peak_flops * cm.matmul_efficiency(a100, 5120)) < 0.3 * t["forward_s"]
 
 
 def test_large_prefill_is_compute_bound(opt13b, a100):
     t = times(opt13b, a100, [prefill_chunk(i, 1024, 16) for i in range(8)])
-    compute_s = 2 * opt13b.num_params * 8 * 1024 / (a100.peak_flops * cm.matmul_efficiency(a100, 5120))
-    assert t["forward_s"] == pytest.approx(compute_s, rel=0.03)
-    assert t["duration_s"] == pytest.approx(compute_s, rel=0.05)
+    c, m, h = cm.op_constants(a100), 8 * 1024, 5120
+
+    def gemm_s(k: int, n: int) -> float:  # Hockney efficiency on each dimension (kvbench/sim/operators.py)
+        eff = c["gemm_eff_max"] * m / (m + c["gemm_m_half"]) * n / (n + c["gemm_n_half"]) * k / (k + c["gemm_k_half"])
+        return 2 * m * k * n / (a100.peak_flops * eff)
+
+    compute_s = 40 * (gemm_s(h, 3 * h) + gemm_s(h, h) + gemm_s(h, 4 * h) + gemm_s(4 * h, h))
+    bw = a100.mem_bandwidth
+    elementwise_s = 40 * m * 2 * (2 * 2 * h / (bw * c["norm_eff_bw"]) + 2 * 4 * h / (bw * c["act_eff_bw"])
+                                  + 3 * h / (bw * c["add_eff_bw"]))
+    assert t["forward_s"] == pytest.approx(compute_s + elementwise_s, rel=0.01)
+    assert t["duration_s"] == pytest.approx(compute_s + elementwise_s, rel=0.05)
     # causal attention FLOPs of the chunks: 4 * heads * head_size * layers per (query, key) pair
     pairs = 8 * 1024 * 1025 / 2
     attn_s = pairs * 4 * 40 * 128 * 40 / (a100.peak_flops * cm.DEFAULTS["eff_attn_flops"])
@@ -193,15 +205,24 @@ def test_swaps_cost_pcie_bytes_plus_per_transfer_latency(opt13b, a100):
 def test_tensor_parallel_splits_work_and_adds_all_reduces():
     opt175 = load_model("opt-175b")
     chunks = [decode_chunk(i, 64, 16) for i in range(16)]
-    t8 = times(opt175, load_gpu("a100-80gb", count=8), chunks)
-    t8_free = times(opt175, load_gpu("a100-80gb", count=8, interconnect_bandwidth=1e30), chunks)
+    gpu8 = load_gpu("a100-80gb", count=8)
+    t8 = times(opt175, gpu8, chunks)
     gpu = load_gpu("a100-80gb")
-    weights_s = opt175.num_params * 2 / 8 / (gpu.mem_bandwidth * cm.DEFAULTS["eff_bw"])
-    # 2 all-reduces per layer, each latency + ring traffic 2 (n-1)/n * tokens * hidden * 2 B
-    ring_s = 2 * 7 / 8 * 16 * 12288 * 2 / (gpu.interconnect_bandwidth * cm.DEFAULTS["eff_interconnect"])
-    allreduce_s = 2 * 96 * (cm.DEFAULTS["allreduce_latency_s"] + ring_s)
-    assert t8["forward_s"] == pytest.approx(weights_s + allreduce_s, rel=0.01)
-    assert t8["forward_s"] - t8_free["forward_s"] == pytest.approx(2 * 96 * ring_s, rel=1e-6)
+    c = cm.op_constants(gpu)
+    weights_s = opt175.num_params * 2 / 8 / (gpu.mem_bandwidth * c["gemm_eff_bw"])
+    fixed_s = 96 * (4 * c["gemm_fixed_s"] + 2 * c["norm_fixed_s"] + c["act_fixed_s"] + c["add_fixed_s"])
+    # 2 all-reduces per layer of 16 * hidden * 2 B: the measured NCCL table for 8 GPUs (32 us each)
+    allreduce_s = 2 * 96 * allreduce.interpolate(*allreduce.table_for("a100_dgx", 8), 16 * 12288 * 2)
+    assert allreduce_s == pytest.approx(2 * 96 * 32e-6, rel=0.05)
+    assert t8["forward_s"] == pytest.approx(weights_s + fixed_s + allreduce_s, rel=0.03)
+    # without a table: latency + ring traffic 2 (n-1)/n * tokens * hidden * 2 B
+    formula = load_gpu("a100-80gb", count=8, allreduce_table=None)
+    free = load_gpu("a100-80gb", count=8, allreduce_table=None, interconnect_bandwidth=1e30)
+    ring_s = 2 * 7 / 8 * 16 * 12288 * 2 / (gpu.interconnect_bandwidth * gpu.eff_interconnect)
+    assert times(opt175, formula, chunks)["forward_s"] - times(opt175, free, chunks)["forward_s"] == pytest.approx(
+        2 * 96 * ring_s, rel=1e-6)
+    assert times(opt175, free, chunks)["forward_s"] - t8["forward_s"] == pytest.approx(
+        2 * 96 * gpu.allreduce_latency_s - allreduce_s, rel=1e-6)
     one = times(opt175, gpu, chunks)  # a hypothetical single GPU: no all-reduce, 8x the bytes
     assert one["attention_s"] == pytest.approx(8 * t8["attention_s"], rel=1e-12)
 
@@ -224,7 +245,7 @@ def test_plain_objects_and_float32_models():
     gpu = SimpleNamespace(name="g", memory_bytes=2**30, peak_flops=100e12, peak_flops_fp32=10e12,
                           mem_bandwidth=1e12, interconnect_bandwidth=None, host_bandwidth=32e9, count=1)
     p = cm.CostParams.from_configs(model, gpu)
-    assert p.flops_rate == pytest.approx(10e12 * cm.DEFAULTS["eff_flops"] * 64 / (64 + cm.DEFAULTS["gemm_half_width"]))  # fp32: CUDA cores
+    assert p.flops_rate == pytest.approx(10e12 * cm.DEFAULTS["gemm_eff_max"])  # fp32: CUDA cores
     assert cm.weight_bytes(model) == cm.count_params(model) * 4
     r = SimExecutor(model, gpu, seed=1).execute(StepBatch([decode_chunk(3, 10, 4)], 4))
     assert 0 <= r.next_tokens[3] < 256 and r.duration_s > 0

@@ -1,39 +1,137 @@
-"""The cost model against published measurements (kvbench/sim/measurements.csv)."""
+"""The cost model against measurements: operator times (kvbench/sim/data/vidur) and end-to-end
+FasterTransformer latencies (kvbench/sim/measurements.csv), with the targets of issue 21."""
 from __future__ import annotations
 
+import statistics
+
+import numpy as np
 import pytest
 
-from kvbench.sim import cost_model
-from kvbench.sim.validate import FIT_KEYS, evaluate, fit, leave_one_model_out, load_points, main, median_abs_error
+from kvbench.sim import allreduce, cost_model, opfit
+from kvbench.sim.operators import OP_KEYS, gemm_s
+from kvbench.sim.profiles import load_gpu
+from kvbench.sim.validate import (LAYER_TARGET, OP_MEDIAN_TARGET, OP_P90_TARGET, TP_TARGET, by_group, evaluate,
+                                  fit, load_points, main, median_abs_error, training_split)
 
-# Stated bound: the model's median absolute error over every published point, the project's
-# goal (Vidur reports under 9%). In-sample it is about 2% since four constants are calibrated on
-# these points; the leave-one-model-out error (slow test below) is the honest figure, about 3.5%.
-MEDIAN_BOUND = 0.10
+GPUS = list(opfit.MEASURED_GPUS)
 
 
-def test_every_point_has_a_source_and_a_positive_measurement():
+def profile_errors(gpu: str) -> list[opfit.GroupError]:
+    cfg = load_gpu(gpu)
+    return opfit.group_errors(opfit.load_groups(gpu), cost_model.op_constants(cfg), *opfit.rates(cfg))
+
+
+# -- data ---------------------------------------------------------------------------------
+def test_every_end_to_end_point_has_a_source_and_its_tp_degree():
     points = load_points()
-    assert len(points) >= 40
+    assert len(points) == 242
     assert all(p["source"] and float(p["measured_ms"]) > 0 for p in points)
+    tp_rows = {tp: sum(p["model"] == "gpt-20b" and p["count"] == tp for p in points) for tp in ("1", "2", "4", "8")}
+    assert tp_rows == {"1": 40, "2": 44, "4": 45, "8": 45}  # the table's OOM cells are left out
+    assert all(p["source"].endswith(f"{p['count']}-way TP column") for p in points
+               if p["model"] == "gpt-20b" and p["count"] != "1")
 
 
-def test_median_error_stays_under_the_stated_bound():
-    rows = evaluate(load_points())
-    assert median_abs_error(rows) < MEDIAN_BOUND
+def test_operator_data_cover_both_gpus_every_tp_degree():
+    for gpu, models in (("a100-80gb", 5), ("h100-80gb", 3)):
+        groups = opfit.load_groups(gpu)
+        assert len({g.model for g in groups}) == models and {g.tp for g in groups} == {1, 2, 4, 8}
+        assert all(len(g.tokens) >= 200 and all(len(v) == len(g.tokens) for v in g.measured_s.values()) for g in groups)
 
 
-def test_cli_prints_every_point_and_the_median(capsys, tmp_path):
-    assert main([]) == 0
+# -- the formulas -------------------------------------------------------------------------
+def test_gemm_is_a_roofline_with_shape_efficiency():
+    c = {key: 0.0 for key in OP_KEYS} | {"gemm_eff_max": 0.8, "gemm_m_half": 100.0, "gemm_n_half": 50.0,
+                                         "gemm_k_half": 0.0, "gemm_eff_bw": 0.5, "gemm_fixed_s": 1e-6}
+    peak, bw = 100e12, 1e12
+    # one token: reading the 4096 x 4096 weight at half the bandwidth
+    assert gemm_s(c, peak, bw, 1, 4096, 4096, 2) == pytest.approx(1e-6 + (4096 + 4096 * 4096 + 4096) * 2 / 0.5e12)
+    # many tokens: compute bound at 0.8 * m / (m + 100) * n / (n + 50) of peak
+    m, k, n = 8192, 4096, 1024
+    eff = 0.8 * m / (m + 100) * n / (n + 50)
+    assert gemm_s(c, peak, bw, m, k, n, 2) == pytest.approx(1e-6 + 2 * m * k * n / (peak * eff))
+    assert gemm_s(c, peak, bw, 0, k, n, 2) == 0.0
+    # tensor parallelism narrows the GEMM: 8 ranks take more than an eighth of the time
+    assert gemm_s(c, peak, bw, m, k, n // 8, 2) > gemm_s(c, peak, bw, m, k, n, 2) / 8 * 1.1
+
+
+def test_allreduce_table_interpolates_between_measured_sizes():
+    sizes, times = allreduce.table_for("a100_dgx", 8)
+    assert all(a <= b for a, b in zip(times, times[1:]))  # monotone
+    i = len(sizes) // 2
+    assert allreduce.interpolate(sizes, times, sizes[i]) == pytest.approx(times[i])
+    mid = (sizes[i] + sizes[i + 1]) / 2
+    assert allreduce.interpolate(sizes, times, mid) == pytest.approx((times[i] + times[i + 1]) / 2)
+    assert allreduce.interpolate(sizes, times, 1.0) == times[0]
+    assert allreduce.interpolate(sizes, times, 2 * sizes[-1]) == pytest.approx(2 * times[-1])
+    # NCCL inside a DGX: tens of microseconds for a decode step's hidden states, not 127 us
+    assert 10e-6 < allreduce.interpolate(sizes, times, 16 * 12288 * 2) < 50e-6
+    assert allreduce.table_for("a100_dgx", 3) is None and allreduce.table_for(None, 8) is None
+    with pytest.raises(ValueError, match="gpu.allreduce_table must be one of"):
+        allreduce.table_for("no_such_table", 2)
+
+
+# -- the targets --------------------------------------------------------------------------
+@pytest.mark.parametrize("gpu", GPUS)
+def test_operator_errors_are_under_the_targets(gpu):
+    errors = profile_errors(gpu)
+    median, p90 = opfit.summary(errors)
+    assert median <= OP_MEDIAN_TARGET and p90 <= OP_P90_TARGET, (median, p90)
+    layer_median, _ = opfit.summary(errors, "layer")
+    assert layer_median <= LAYER_TARGET
+    gemm_median, gemm_p90 = opfit.summary(errors, "gemm")
+    assert gemm_median <= 0.08 and gemm_p90 <= 0.20
+    for e in errors:  # every (model, TP degree): the layer within 10%
+        assert np.median(e.layer) <= LAYER_TARGET, (e.model, e.tp)
+
+
+def test_gpt20b_tensor_parallel_latencies_within_15_percent():
+    rows = evaluate([p for p in load_points() if p["model"] == "gpt-20b" and p["count"] != "1"])
+    for (_, tp), group in by_group(rows).items():
+        assert median_abs_error(group) <= TP_TARGET, tp
+        assert abs(statistics.median(r["error"] for r in group)) <= 0.08, tp
+
+
+def test_cli_prints_operator_and_end_to_end_tables(capsys, tmp_path):
+    points = tmp_path / "few.csv"
+    lines = open(cost_model.__file__.replace("cost_model.py", "measurements.csv")).read().splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("source,"))
+    points.write_text("\n".join(lines[: header + 4]) + "\n")
+    assert main(["--file", str(points)]) == 0
     out = capsys.readouterr().out
-    assert "median |error|" in out and out.count("gpt-6.7b") >= 14
+    for text in ("a100-80gb, profile constants", "h100-80gb, profile constants", "Llama-2-70b-hf",
+                 "attention kernels are not in these measurements", "3 points; median |error|", "all-reduce (a100_dgx)"):
+        assert text in out, text
     assert main(["--file", str(tmp_path / "missing.csv")]) == 2
 
 
+# -- the refits (slow) --------------------------------------------------------------------
 @pytest.mark.slow
-def test_calibrated_defaults_are_the_fit_and_hold_out_under_the_bound():
-    points = load_points()
-    fitted = fit(points)
-    for key in FIT_KEYS:
-        assert cost_model.DEFAULTS[key] == pytest.approx(fitted[key], rel=0.02), key
-    assert median_abs_error(leave_one_model_out(points)) < MEDIAN_BOUND
+@pytest.mark.parametrize("gpu", GPUS)
+def test_profile_constants_are_the_fit_and_hold_out_under_the_targets(gpu):
+    cfg = load_gpu(gpu)
+    peak, bw = opfit.rates(cfg)
+    groups = opfit.load_groups(gpu)
+    fitted = opfit.fit(groups, peak, bw)
+    shipped = cost_model.op_constants(cfg)
+    for g in groups:  # the same predictions (constants near a bound, like a half width of 0, may differ)
+        a, b = opfit.predict(g, fitted, peak, bw), opfit.predict(g, shipped, peak, bw)
+        for op in a:
+            assert np.allclose(a[op], b[op], rtol=0.02), (g.model, g.tp, op)
+    for key in (lambda g: g.model, lambda g: g.tp):
+        held = opfit.held_out(groups, key, peak, bw)
+        median, p90 = opfit.summary(held)
+        assert median <= OP_MEDIAN_TARGET and p90 <= OP_P90_TARGET, (median, p90)
+        assert opfit.summary(held, "layer")[0] <= LAYER_TARGET
+    allreduce_fit = opfit.fit_allreduce(opfit.MEASURED_GPUS[gpu][1], float(cfg.interconnect_bandwidth))
+    for key, value in allreduce_fit.items():
+        assert cfg[key] == pytest.approx(value, rel=0.02), key
+
+
+@pytest.mark.slow
+def test_layer_overhead_is_the_single_gpu_fit_and_tp_rows_hold_out():
+    train, held = training_split(load_points())
+    fitted = fit(train)
+    assert cost_model.DEFAULTS["layer_overhead_s"] == pytest.approx(fitted["layer_overhead_s"], rel=0.02)
+    for (model, tp), rows in by_group(evaluate(held, constants=fitted)).items():
+        assert median_abs_error(rows) <= TP_TARGET, (model, tp)

@@ -11,12 +11,14 @@ FFN columns) and all-reduces are added.
     overhead  = step_overhead_s + num_layers * layer_overhead_s + num_seqs * seq_overhead_s
         num_seqs  = sequences in the step's batch (host-side scheduling and input preparation)
                 + (page_maps + page_unmaps) * 2 * num_layers * VMM_CALL_S     [vattention only]
-    forward   = max(dense_flops / (peak * eff_matmul), weight_read_bytes / (bw * eff_bw))
+    forward   = num_layers * layer(num_tokens) + gemm(num_sampled, hidden, vocab / n)
                 + 2 * num_layers * all_reduce(num_tokens * hidden * dtype_bytes)      [n > 1]
-        dense_flops       = 2 * linear_params * num_tokens + 2 * vocab * hidden * num_sampled
-        weight_read_bytes = (linear_params + vocab * hidden) * dtype_bytes   (read once per step)
-        all_reduce(B)     = allreduce_latency_s + 2 (n-1)/n * B / (interconnect_bw * eff_interconnect)
-        eff_matmul        = eff_flops * hidden / (hidden + gemm_half_width)
+        layer(m)          = one rank's QKV, O, up, down GEMMs, two norms, activation, rotary
+                            (Llama-like) and residual add, each a roofline with a fixed cost
+                            and a GEMM efficiency that depends on its shape (``operators``)
+        all_reduce(B)     = the GPU profile's measured NCCL table (``allreduce_table``,
+                            interpolated by size for n workers; ``allreduce``), else
+                            allreduce_latency_s + 2 (n-1)/n * B / (interconnect_bw * eff_interconnect)
     attention = sum over {prefill chunks, decode chunks} (two kernels) of
                   max(pairs * 4 * num_heads * head_size * num_layers / (peak * eff_attn_flops),
                       (blocks * block_size * bytes_per_slot + blocks * segments_per_block
@@ -59,9 +61,10 @@ blocks too; their advantage is not here but in copies and swaps of long contiguo
 ``peak`` is the fp16/bf16 tensor peak, or ``peak_flops_fp32`` for float32 models. An empty
 step (nothing to compute, copy or swap) costs 0.
 
-Not modelled: activation traffic of the dense layers, embedding gathers, norms and rotary
-embeddings, overlap between phases (they add up), and KV head replication when
-``count`` exceeds ``num_kv_heads``.
+Not modelled: embedding gathers, overlap between phases (they add up), and KV head replication
+when ``count`` exceeds ``num_kv_heads``. Attention is a roofline with the stated efficiencies:
+the operator measurements the rest is checked against hold no attention kernel (a GPU run,
+``scripts/gpu_check.sh``, is what would measure it).
 
 KV memory (``kv_cache_bytes``): as vLLM's profiler does,
 
@@ -78,17 +81,21 @@ system being modelled, not the GPU: a system profile (``conf/system/*.yaml``, e.
 profile and DEFAULTS (``constant`` below).
 
 Constants. Datasheet figures live in the GPU profiles. The efficiency and overhead constants
-below are first-principles values with their sources, except four marked CALIBRATED, which
-``kvbench-validate --fit`` fits to published FasterTransformer latencies (never to the
-PagedAttention paper's results); a profile may override any of them with a top-level key of
-the same name (that is where values calibrated on the project's own GPU measurements go).
+below are first-principles values with their sources, except those marked CALIBRATED: the
+operator constants (``operators.OP_KEYS``) and the all-reduce fallback are fitted per GPU on
+measured operator and NCCL times (``kvbench-validate --fit-ops``; the fitted values live in the
+A100 and H100 profiles, DEFAULTS hold the A100-80GB fit), and ``layer_overhead_s`` on
+published FasterTransformer latencies (``kvbench-validate --fit``); never on the PagedAttention
+paper's results. A profile may override any of them with a top-level key of the same name.
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from kvbench.geometry import DTYPE_BYTES, KVGeometry
+from kvbench.sim import allreduce
+from kvbench.sim.operators import OP_KEYS, LayerShape, gemm_s
 
 MiB = 1 << 20
 
@@ -97,15 +104,24 @@ MiB = 1 << 20
 FAMILIES = ("opt", "llama", "mistral", "qwen2", "qwen3", "phi3", "gemma", "gemma2", "gemma3_text", "olmo", "olmo2")
 
 DEFAULTS: dict[str, float] = {
-    # Dense layers reach eff_flops * h / (h + gemm_half_width) of peak tensor FLOP/s for a
-    # model of hidden size h: GEMMs of small width fill the GPU's tiles and waves worse
-    # (NVIDIA, "Matrix Multiplication Background User's Guide": tile and wave quantization).
-    # The form is Hockney's half-performance length on the width. Both constants, like
-    # layer_overhead_s and allreduce_latency_s, are CALIBRATED: least squares on log error
-    # over the 49 published FasterTransformer GPT latencies in measurements.csv
-    # (`kvbench-validate --fit`); leave-one-model-out median error 3.5%.
-    "eff_flops": 0.94,
-    "gemm_half_width": 2840.0,
+    # Operator constants (kvbench/sim/operators.py): GEMM efficiency by shape, achieved
+    # bandwidth and fixed cost per kernel kind. CALIBRATED on the A100-80GB operator
+    # measurements (`kvbench-validate --fit-ops`, the a100-80gb profile holds the same values);
+    # a GPU without a fit of its own (a10g) takes these A100 values.
+    "gemm_eff_max": 0.7615,
+    "gemm_m_half": 90.95,
+    "gemm_n_half": 70.57,
+    "gemm_k_half": 60.1,
+    "gemm_eff_bw": 0.7748,
+    "norm_eff_bw": 0.3628,
+    "act_eff_bw": 0.4921,
+    "rope_eff_bw": 0.4437,
+    "add_eff_bw": 0.9317,
+    "gemm_fixed_s": 5.21e-06,
+    "norm_fixed_s": 2.422e-06,
+    "act_fixed_s": 2.22e-06,
+    "rope_fixed_s": 2.358e-06,
+    "add_fixed_s": 1.146e-06,
     # Achieved fraction of peak FLOP/s of prefill attention: FlashAttention-2 reaches 50-73 %
     # of A100 peak in the forward pass (Dao, "FlashAttention-2", 2023, Sec. 4.1).
     "eff_attn_flops": 0.50,
@@ -113,9 +129,11 @@ DEFAULTS: dict[str, float] = {
     # reach about 85-90 % on A100 and H100 HBM (BabelStream results; NVIDIA's own copy
     # bandwidth figures in the CUDA samples' bandwidthTest).
     "eff_bw": 0.85,
-    # NCCL all-reduce bus bandwidth over NVLink is about 75-80 % of the link rate for large
-    # messages (nccl-tests, all_reduce_perf busbw on DGX A100 / H100 reports).
-    "eff_interconnect": 0.75,
+    # Achieved all-reduce bus bandwidth over the link rate, for the fallback formula.
+    # CALIBRATED with allreduce_latency_s. Lower than nccl-tests' 75-80 % for large messages:
+    # one latency and one bandwidth cannot follow the measured curve over 2 KB to 64 MB, and
+    # the fit settles here (median error 13.5 % on the A100 table, which the A100 profiles use).
+    "eff_interconnect": 0.4881,
     # Pinned host<->device copies reach about 80 % of the PCIe x16 rate (about 25 of 32 GB/s on
     # Gen4; CUDA samples bandwidthTest).
     "eff_host": 0.80,
@@ -126,19 +144,15 @@ DEFAULTS: dict[str, float] = {
     # tensors, the synchronising copy of sampled tokens). Assumption of order 1 ms for a
     # Python serving engine; calibrate with the hf executor.
     "step_overhead_s": 1.0e-3,
-    # Per-layer GPU cost not hidden behind the layer's work: a decoder layer runs about 10
-    # kernels (FasterTransformer's GPT decoder: layernorm, QKV GEMM, bias/rotary, attention,
-    # output GEMM, bias+residual+layernorm, two FFN GEMMs, activation, bias+residual), each
-    # paying a launch (about 5 us, CUDA C++ Best Practices Guide) plus its ramp-up and tail,
-    # which a small decode step cannot hide. CALIBRATED (see eff_flops): 110 us per layer.
-    # First-principles values were 10 us, then 50 us; the model ran 20-40% fast at both.
-    "layer_overhead_s": 1.1e-4,
-    # Cost of one all-reduce of the hidden states inside a node beyond its ring traffic.
-    # CALIBRATED (see eff_flops) on the GPT-89B and 175B points on 8 A100s: 127 us, well above
-    # nccl-tests' small-message latency over NVLink (order 10-30 us). Those points were measured
-    # through the Triton inference server, whose per-request cost the fit can only book here, so
-    # tensor-parallel steps may be modelled slow by up to ~10% (their held-out error is 9-11%).
-    "allreduce_latency_s": 1.27e-4,
+    # Per-layer cost beyond the kernels' GPU time (the operator constants hold that): host-side
+    # launches of a layer's ~10 kernels and gaps between them that a small step cannot hide.
+    # CALIBRATED on the single-GPU FasterTransformer latencies only (`kvbench-validate --fit`),
+    # so its tensor-parallel rows are held out.
+    "layer_overhead_s": 9.452e-05,
+    # All-reduce fallback for GPU profiles without a measured table (allreduce_table) or worker
+    # counts the table lacks: latency + ring traffic. CALIBRATED: least squares on log error
+    # over the A100 DGX NCCL table, 2-8 workers (`kvbench-validate --fit-ops`).
+    "allreduce_latency_s": 2.8e-05,
     # Fixed cost of one host<->device transfer (cudaMemcpyAsync call + DMA setup), order
     # 5 us (CUDA samples bandwidthTest at small sizes).
     "host_transfer_latency_s": 5.0e-6,
@@ -276,10 +290,16 @@ def constant(gpu, system, name: str) -> float:
     return gpu_constant(gpu, name) if value is None else float(value)
 
 
+def op_constants(gpu) -> dict[str, float]:
+    """The operator constants (``operators.OP_KEYS``) of a GPU profile, DEFAULTS where unset."""
+    return {key: gpu_constant(gpu, key) for key in OP_KEYS}
+
+
 def matmul_efficiency(gpu, hidden: int) -> float:
-    """Achieved fraction of peak in the dense layers of a model of this hidden size:
-    ``eff_flops * h / (h + gemm_half_width)`` (see DEFAULTS)."""
-    return gpu_constant(gpu, "eff_flops") * hidden / (hidden + gpu_constant(gpu, "gemm_half_width"))
+    """Achieved fraction of peak of a large square GEMM of width ``hidden`` (many tokens):
+    the operators' shape efficiency at m -> infinity, n = k = hidden."""
+    c = op_constants(gpu)
+    return c["gemm_eff_max"] * hidden / (hidden + c["gemm_n_half"]) * hidden / (hidden + c["gemm_k_half"])
 
 
 def gpu_count(gpu) -> int:
@@ -337,7 +357,7 @@ class CostParams:
     segments_per_block: float  # contiguous runs per block read: 2 * layers * kv heads
     segments_per_copy_op: float  # 2 * layers
     sample_cost_s: float  # per drawn token (not sharded)
-    flops_rate: float  # peak * eff_flops, one GPU
+    flops_rate: float  # peak * gemm_eff_max, one GPU (asymptotic; ``describe`` only)
     attn_flops_rate: float  # peak * eff_attn_flops, one GPU
     mem_rate: float  # bw * eff_bw, one GPU
     host_rate: float  # host_bw * eff_host, one GPU
@@ -347,6 +367,38 @@ class CostParams:
     seq_overhead_s: float
     allreduce_latency_s: float
     host_transfer_latency_s: float
+    layer: LayerShape  # one rank's share of a decoder layer
+    op_constants: dict  # operators.OP_KEYS
+    peak_flops: float  # one GPU, fp16/bf16 tensor (fp32 for float32 models)
+    mem_bandwidth: float  # one GPU, datasheet
+    vocab_size: int
+    allreduce_table: tuple | None  # measured (sizes, seconds) for ``count`` workers, or None
+    _layer_s: dict = field(default_factory=dict, compare=False, repr=False)  # tokens -> seconds
+    _lm_head_s: dict = field(default_factory=dict, compare=False, repr=False)  # rows -> seconds
+
+    def dense_layer_s(self, tokens: int) -> float:
+        """One layer's non-attention time on one rank (``operators``), memoised by token count."""
+        t = self._layer_s.get(tokens)
+        if t is None:
+            t = self._layer_s[tokens] = float(self.layer.layer_s(self.op_constants, self.peak_flops,
+                                                                self.mem_bandwidth, tokens))
+        return t
+
+    def lm_head_s(self, rows: int) -> float:
+        """The vocabulary projection of ``rows`` sampled rows, vocab split over the ranks (memoised)."""
+        t = self._lm_head_s.get(rows)
+        if t is None:
+            t = self._lm_head_s[rows] = 0.0 if not rows else float(gemm_s(
+                self.op_constants, self.peak_flops, self.mem_bandwidth, rows, self.layer.hidden,
+                self.vocab_size / self.count, self.layer.dtype_bytes))
+        return t
+
+    def allreduce_s(self, nbytes: float) -> float:
+        """One all-reduce of ``nbytes`` over the ``count`` ranks."""
+        if self.allreduce_table is not None:
+            return allreduce.interpolate(*self.allreduce_table, nbytes)
+        n = self.count
+        return self.allreduce_latency_s + 2.0 * (n - 1) / n * nbytes / self.interconnect_rate
 
     @classmethod
     def from_configs(cls, model, gpu, system=None) -> "CostParams":
@@ -364,6 +416,7 @@ class CostParams:
         peak = float(gpu.peak_flops if dtype_bytes == 2 else _field(gpu, "peak_flops_fp32", "gpu"))
         mem_rate = float(gpu.mem_bandwidth) * gpu_constant(gpu, "eff_bw")
         interconnect = getattr(gpu, "interconnect_bandwidth", None) or gpu.host_bandwidth
+        constants = op_constants(gpu)
         return cls(
             count=count,
             num_layers=layers,
@@ -377,7 +430,7 @@ class CostParams:
             segments_per_copy_op=2.0 * layers,
             sample_cost_s=(constant(gpu, system, "sample_host_s")
                            + SAMPLING_PASSES * vocab * LOGIT_BYTES / mem_rate),
-            flops_rate=peak * matmul_efficiency(gpu, h),
+            flops_rate=peak * constants["gemm_eff_max"],
             attn_flops_rate=peak * gpu_constant(gpu, "eff_attn_flops"),
             mem_rate=mem_rate,
             host_rate=float(gpu.host_bandwidth) * gpu_constant(gpu, "eff_host"),
@@ -387,6 +440,12 @@ class CostParams:
             seq_overhead_s=constant(gpu, system, "seq_overhead_s"),
             allreduce_latency_s=gpu_constant(gpu, "allreduce_latency_s"),
             host_transfer_latency_s=gpu_constant(gpu, "host_transfer_latency_s"),
+            layer=LayerShape.of_model(model, count, dtype_bytes),
+            op_constants=constants,
+            peak_flops=peak,
+            mem_bandwidth=float(gpu.mem_bandwidth),
+            vocab_size=vocab,
+            allreduce_table=allreduce.table_for(getattr(gpu, "allreduce_table", None), count),
         )
 
 
@@ -468,11 +527,9 @@ def step_time(p: CostParams, s: StepSummary) -> dict[str, float]:
     dense_flops = tokens * p.dense_flops_per_token + s.num_sampled * p.lm_head_flops_per_sample
     forward = 0.0
     if tokens:
-        forward = max(dense_flops / n / p.flops_rate, p.weight_read_bytes / n / p.mem_rate)
+        forward = p.num_layers * p.dense_layer_s(tokens) + p.lm_head_s(s.num_sampled)
         if n > 1:  # two all-reduces of the hidden states per layer (Megatron-LM, Sec. 3)
-            payload = tokens * p.hidden_bytes_per_token
-            one = p.allreduce_latency_s + 2.0 * (n - 1) / n * payload / p.interconnect_rate
-            forward += 2 * p.num_layers * one
+            forward += 2 * p.num_layers * p.allreduce_s(tokens * p.hidden_bytes_per_token)
 
     bs = s.block_size
     gather_per_block = p.segments_per_block * p.gather_half_bytes
