@@ -34,7 +34,7 @@ from .common import (COMMON_DEFAULTS, CommonKnobs, Knobs, ModelLimits, PromptSet
                      arrival_times, length_stats)
 from .tokenizer import SMOLLM2, load_tokenizer
 
-__all__ = ["COMMON_DEFAULTS", "SMOLLM2", "WORKLOADS", "Workload", "WorkloadError", "WorkloadSpec",
+__all__ = ["COMMON_DEFAULTS", "REPLAY_COMMON_DEFAULTS", "SMOLLM2", "WORKLOADS", "Workload", "WorkloadError", "WorkloadSpec",
            "build_workload", "load_tokenizer"]
 
 
