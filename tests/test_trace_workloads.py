@@ -235,3 +235,54 @@ def test_a_window_at_one_instant_has_no_rate_or_cv_and_stays_json():
     w = build(name="mooncake_conversation", duration_s=0.001)  # the trace's first requests share timestamp 0
     assert len(w.requests) >= 2 and math.isinf(w.request_rate) and w.meta["arrival_cv"] is None
     json.dumps(w.meta, allow_nan=False)
+
+
+# --- figures --------------------------------------------------------------------------------------
+
+
+def figure_index(path: Path) -> Path:
+    rows, i = [], 0
+    allocs = [("buddy", "max", 16, None), ("buddy", "oracle", 16, None), ("paged", None, 16, None),
+              ("paged_prefix", None, 16, None), ("radix", None, 16, None), ("vattention", None, 16, 2 << 20)]
+
+    def row(experiment: str, allocator: str, reserve, block, page, **values) -> dict:
+        nonlocal i
+        i += 1
+        caching = allocator in ("paged_prefix", "radix")
+        return {"run_id": f"r{i}", "experiment": experiment, "allocator": allocator, "reserve": reserve,
+                "block_size": block, "page_bytes": page, "model": "llama-3-8b", "mem_token_frac": 0.5,
+                "mem_reserved_frac": 0.1, "mem_internal_frac": 0.1, "mem_external_frac": 0.2,
+                "mem_cached_frac": 0.1 if caching else None, "mean_batch_size": 10.0 + i % 5,
+                "request_throughput": 2.0, "mean_ttft_s": 0.5 + i % 3, "p99_ttft_s": 1.0 + i % 4,
+                "request_goodput": 1.5, "num_preemptions": i % 3, "kv_bytes": 8 << 30,
+                "prefix_token_hit_rate": 0.2 if caching else None, "trace_reuse_ceiling": 0.3,
+                "mean_prompt_len": 9000.0, **values}
+
+    for workload in ("azure_conv", "azure_code"):
+        for rate in (4.0, 16.0, 64.0):
+            rows += [row("traces-azure", *a, workload=workload, request_rate=rate) for a in allocs]
+    for pool in (8 << 30, 64 << 30):
+        rows.append(row("traces-mooncake-prefix", "paged", None, 16, None, kv_bytes=pool, workload="mooncake_conversation"))
+        for allocator in ("paged_prefix", "radix"):
+            rows += [row("traces-mooncake-prefix", allocator, None, b, None, kv_bytes=pool,
+                         workload="mooncake_conversation") for b in (16, 64, 512)]
+    for workload in ("arxiv_summarization", "mooncake_conversation"):
+        rows.append(row("traces-long-prompts", "paged", None, 16, None, workload=workload))
+        rows += [row("traces-long-prompts", "vattention", None, 16, p, workload=workload,
+                     mem_internal_frac=p / (8 << 20)) for p in (64 << 10, 2 << 20)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_the_trace_figures_draw_from_their_experiments_and_skip_without(tmp_path, capsys):
+    pytest.importorskip("seaborn")
+    from paper_figs import TRACE_FIGURES
+    from paper_figs.__main__ import main
+
+    index = figure_index(tmp_path / "index.jsonl")
+    assert main(["traces", "--index", str(index), "--out", str(tmp_path / "out")]) == 0
+    assert f"drawn: {', '.join(TRACE_FIGURES)}; skipped: -; failed: -" in capsys.readouterr().out
+    assert all((tmp_path / "out" / f"{name}.png").stat().st_size > 1_000 for name in TRACE_FIGURES)
+    other = tmp_path / "other.jsonl"
+    other.write_text(json.dumps({"run_id": "x", "experiment": "paper-breakdown", "allocator": "paged"}) + "\n")
+    assert main(["traces", "--index", str(other), "--out", str(tmp_path / "b")]) == 1
