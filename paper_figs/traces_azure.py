@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import matplotlib.pyplot as plt
+from matplotlib.ticker import NullFormatter, ScalarFormatter
 import numpy as np
 import pandas as pd
 
@@ -55,6 +56,8 @@ def draw(index_df: pd.DataFrame, out_dir: str | Path, results_root: str | Path,
                 if not line.empty:
                     ax.plot(line.index, line.to_numpy(), marker="o", ms=3.5, color=colors[lab], label=lab)
             ax.set_xscale("log")
+            ax.xaxis.set_major_formatter(ScalarFormatter())
+            ax.xaxis.set_minor_formatter(NullFormatter())
             if log:
                 ax.set_yscale("log")
             ax.set_ylabel(ylabel)
