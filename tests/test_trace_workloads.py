@@ -262,7 +262,8 @@ def figure_index(path: Path) -> Path:
         for rate in (4.0, 16.0, 64.0):
             rows += [row("traces-azure", *a, workload=workload, request_rate=rate) for a in allocs]
     for pool in (8 << 30, 64 << 30):
-        rows.append(row("traces-mooncake-prefix", "paged", None, 16, None, kv_bytes=pool, workload="mooncake_conversation"))
+        rows.append(row("traces-mooncake-prefix", "paged", None, 16, None, kv_bytes=pool,
+                        workload="mooncake_conversation"))
         for allocator in ("paged_prefix", "radix"):
             rows += [row("traces-mooncake-prefix", allocator, None, b, None, kv_bytes=pool,
                          workload="mooncake_conversation") for b in (16, 64, 512)]

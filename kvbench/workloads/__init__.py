@@ -29,13 +29,14 @@ import numpy as np
 
 from kvbench.requests import Request
 
-from . import alpaca, arxiv, azure, chat_history, mooncake, multiturn, sharegpt, shared_prefix, synthetic, system_prompts
+from . import (alpaca, arxiv, azure, chat_history, mooncake, multiturn, sharegpt, shared_prefix, synthetic,
+               system_prompts)
 from .common import (COMMON_DEFAULTS, CommonKnobs, Knobs, ModelLimits, PromptSet, Workload, WorkloadError,
                      arrival_times, length_stats)
 from .tokenizer import SMOLLM2, load_tokenizer
 
-__all__ = ["COMMON_DEFAULTS", "REPLAY_COMMON_DEFAULTS", "SMOLLM2", "WORKLOADS", "Workload", "WorkloadError", "WorkloadSpec",
-           "build_workload", "load_tokenizer"]
+__all__ = ["COMMON_DEFAULTS", "REPLAY_COMMON_DEFAULTS", "SMOLLM2", "WORKLOADS", "Workload", "WorkloadError",
+           "WorkloadSpec", "build_workload", "load_tokenizer"]
 
 
 @dataclass(frozen=True)

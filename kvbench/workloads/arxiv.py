@@ -1,9 +1,9 @@
 """arXiv summarization: long prompts (a paper) and short outputs (its abstract), lengths only.
 
 The table Vidur ships (``num_prefill_tokens``, ``num_decode_tokens`` in Llama-2 tokens, 28,257
-requests, already filtered by its authors to at most 4,096 tokens in all; see ``data/traces/README.md``). Requests are a seeded
-draw of its rows, timed by the common arrival process (``request_rate``, ``burstiness``) like
-ShareGPT; the table has no arrival times. Prompts are random ids of the table's lengths. Rows
+requests, already filtered by its authors to at most 4,096 tokens in all; see
+``data/traces/README.md``). Requests are a seeded draw of its rows, timed by the common
+arrival process (``request_rate``, ``burstiness``) like ShareGPT; the table has no arrival times. Prompts are random ids of the table's lengths. Rows
 whose prompt + output exceed the model are dropped before the draw (as the data workloads do).
 """
 from __future__ import annotations
