@@ -188,7 +188,7 @@ def test_bad_trace_files_fail_in_one_line(tmp_path):
         (dict(name="mooncake_conversation", path=str(torn)), "torn or bad JSON at line 2"),
         (dict(name="mooncake_conversation", path=str(packed)), "torn or broken gzip"),
         (dict(name="azure_code", path=str(azure_csv)), "torn or bad row at line 3"),
-        (dict(name="mooncake_synthetic", path=str(azure_csv)), "torn or bad JSON at line 1"),
+        (dict(name="mooncake_synthetic", path=str(azure_csv)), "not a JSON-lines trace at line 1"),
         (dict(name="azure_conv", path=str(torn)), "not this trace: no column 'arrived_at'"),
         (dict(name="arxiv_summarization", path=str(azure_csv)), "torn or bad row"),
         (dict(name="mooncake_conversation", path=str(bad_hashes)), "expected one integer per 512-token block"),

@@ -110,7 +110,8 @@ def read_jsonl(text: str, name: str, keys: tuple[str, ...]) -> list[dict[str, An
         try:
             record = json.loads(raw)
         except json.JSONDecodeError as exc:
-            raise WorkloadError(f"{name}: torn or bad JSON at line {line} ({exc.msg})") from None
+            what = "not a JSON-lines trace" if not records else "torn or bad JSON"
+            raise WorkloadError(f"{name}: {what} at line {line} ({exc.msg})") from None
         if not isinstance(record, dict) or any(k not in record for k in keys):
             raise WorkloadError(f"{name}: not this trace: line {line} lacks one of the keys {', '.join(keys)}")
         records.append(record)
