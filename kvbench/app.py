@@ -266,6 +266,18 @@ def _length_stats(requests) -> dict:
             "mean_output_len": float(output.mean()), "median_output_len": float(np.median(output))}
 
 
+def _trace_stats(workload) -> dict:
+    """Arrival burstiness of the stream, and what a replayed trace did with its data."""
+    from kvbench.workloads.traces import interarrival_cv
+
+    meta = workload.meta
+    return {"arrival_cv": interarrival_cv([r.arrival_s for r in workload.requests]),
+            "trace_reuse_ceiling": meta.get("trace_reuse_ceiling"),  # hashed traces: an infinite cache's hit rate
+            "overlong": meta.get("overlong"),  # replayed traces: refuse | clip requests longer than the model
+            "num_refused_overlong": meta.get("num_refused_overlong"),
+            "time_scale": meta.get("time_scale")}
+
+
 def _scheduling(cfg: DictConfig) -> str:
     system = cfg.get("system")
     return str(system.get("scheduling", "mixed")) if system is not None else "mixed"
@@ -326,6 +338,7 @@ def _extras(cfg: DictConfig, prep: Prepared, out) -> dict:
         "clock": str(eng.get("clock", "wall")) if cfg.backend.name == "hf" else "virtual",
         "num_clipped": prep.workload.meta.get("clipped_to_context"),  # requests cut to fit the model
         "workload_pool": prep.workload.meta.get("pairs_after_filter"),  # distinct pairs drawn from (data)
+        **_trace_stats(prep.workload),
         "num_steps": len(steps),
         "swap_out_slots": out.swap_out_slots,  # K/V slots copied to / from the host pool
         "swap_in_slots": out.swap_in_slots,

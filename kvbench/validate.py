@@ -113,6 +113,10 @@ RULES: list[Rule] = [
     Rule("workload.beam_width", "int", low=1, high=1024, when=_has("workload.beam_width")),
     Rule("workload.seed", "int", low=0, high=2**63 - 1, when=_has("workload.seed")),
     Rule("workload.duration_s", "number", above=0, optional=True, when=_has("workload.duration_s")),
+    # replayed production traces (kvbench/workloads/traces.py)
+    Rule("workload.start_s", "number", low=0, when=_has("workload.start_s")),
+    Rule("workload.time_scale", "number", above=0, when=_has("workload.time_scale")),
+    Rule("workload.target_rate", "number", above=0, optional=True, when=_has("workload.target_rate")),
     # logger
     Rule("logger.max_step_logs", "int", low=0, when=_wandb),
 ]

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
-from kvbench.workloads import COMMON_DEFAULTS, WORKLOADS, WorkloadError, build_workload
+from kvbench.workloads import COMMON_DEFAULTS, REPLAY_COMMON_DEFAULTS, WORKLOADS, WorkloadError, build_workload
 from kvbench.workloads.alpaca import PAPER_MEAN_OUTPUT_LEN, PAPER_MEAN_PROMPT_LEN
 from kvbench.workloads.common import SHAREGPT_FILTER
 from kvbench.workloads.jsonstream import JsonArrayError, JsonArrayReader
@@ -301,12 +301,15 @@ def test_tokenizer_path_on_a_small_file_with_a_cache_hit(sharegpt_30, private_ca
 def test_every_config_lists_every_knob_with_its_default_and_builds(yaml_path):
     cfg = OmegaConf.load(yaml_path)
     spec = WORKLOADS[cfg.name.replace("-", "_")]
-    defaults = {**COMMON_DEFAULTS, **spec.defaults}
+    defaults = {**(REPLAY_COMMON_DEFAULTS if spec.replays_trace else COMMON_DEFAULTS), **spec.defaults}
     assert set(cfg) - {"name"} == set(defaults)
     for key, value in defaults.items():
         assert cfg[key] == value, key
     w = build_workload(cfg, vocab_size=VOCAB, max_model_len=2048, tokenizer_name=None)
-    assert w.meta.get("num_turns", len(w.requests)) == cfg.num_requests  # multiturn: later turns ride on the first
+    if spec.replays_trace:  # the whole trace, less the requests longer than the model
+        assert len(w.requests) == w.meta["trace_requests"] - w.meta["num_refused_overlong"] > 0
+    else:
+        assert w.meta.get("num_turns", len(w.requests)) == cfg.num_requests  # multiturn: later turns ride on the first
     json.dumps(w.meta, allow_nan=False)
 
 

@@ -12,6 +12,11 @@ is ignored; needs a finite rate). Each workload adds its own (``WORKLOADS[name].
 Lengths that exceed the model: data workloads (sharegpt, alpaca) drop the pair before the
 seeded draw (so N stays as asked), synthetic ones clip it (output first); shared_prefix builds
 its base for max_model_len - prefix_len. Bad input raises :class:`WorkloadError` (one line).
+
+Replayed traces (azure_conv, azure_code, mooncake_*; ``WorkloadSpec.replays_trace``) time their
+own requests: they take ``REPLAY_COMMON_DEFAULTS`` instead of the arrival knobs (no
+request_rate or burstiness; ``duration_s`` is the trace window, ``num_requests`` a cap), see
+``traces``; the stream's ``request_rate`` is its mean replayed rate.
 """
 from __future__ import annotations
 
@@ -20,15 +25,18 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from kvbench.requests import Request
 
-from . import alpaca, chat_history, multiturn, sharegpt, shared_prefix, synthetic, system_prompts
+from . import (alpaca, arxiv, azure, chat_history, mooncake, multiturn, sharegpt, shared_prefix, synthetic,
+               system_prompts)
 from .common import (COMMON_DEFAULTS, CommonKnobs, Knobs, ModelLimits, PromptSet, Workload, WorkloadError,
                      arrival_times, length_stats)
 from .tokenizer import SMOLLM2, load_tokenizer
 
-__all__ = ["COMMON_DEFAULTS", "SMOLLM2", "WORKLOADS", "Workload", "WorkloadError", "WorkloadSpec",
-           "build_workload", "load_tokenizer"]
+__all__ = ["COMMON_DEFAULTS", "REPLAY_COMMON_DEFAULTS", "SMOLLM2", "WORKLOADS", "Workload", "WorkloadError",
+           "WorkloadSpec", "build_workload", "load_tokenizer"]
 
 
 @dataclass(frozen=True)
@@ -36,6 +44,7 @@ class WorkloadSpec:
     name: str  # as in the config's ``name:``
     defaults: Mapping[str, Any]  # this workload's own knobs and their defaults (besides COMMON_DEFAULTS)
     build: Callable[[Knobs, CommonKnobs, int, ModelLimits], PromptSet]
+    replays_trace: bool = False  # times its own requests from a trace file (no common arrival process)
 
 
 def _key(name: str) -> str:
@@ -76,6 +85,19 @@ WORKLOADS: dict[str, WorkloadSpec] = {
         system_prompts.make_system_prompts_builder(_base_builder, tuple(spec.name for spec in _BASES))),
     "multiturn": WorkloadSpec("multiturn", multiturn.DEFAULTS, multiturn.build_multiturn),
     "sharegpt_chat": WorkloadSpec("sharegpt_chat", chat_history.DEFAULTS, chat_history.build_chat_history),
+    # production traces (see kvbench.workloads.traces)
+    **{name: WorkloadSpec(name, azure.DEFAULTS, azure.make_builder(name), replays_trace=True)
+       for name in azure.SHIPPED},
+    **{name: WorkloadSpec(name, mooncake.DEFAULTS, mooncake.make_builder(name), replays_trace=True)
+       for name in mooncake.SHIPPED},
+    "arxiv_summarization": WorkloadSpec("arxiv_summarization", arxiv.DEFAULTS, arxiv.build_arxiv),
+}
+
+# The common knobs a replayed trace takes: its arrivals are the trace's, so no rate or burstiness.
+REPLAY_COMMON_DEFAULTS: dict[str, Any] = {
+    "num_requests": None,  # at most this many requests of the window (the first ones); null = all
+    "duration_s": None,  # the window's length in trace seconds; null = to the trace's end
+    **{key: COMMON_DEFAULTS[key] for key in ("n", "beam_width", "ignore_eos", "seed")},
 }
 
 
@@ -109,17 +131,21 @@ def build_workload(cfg: Any, *, vocab_size: int, max_model_len: int, tokenizer_n
     if not isinstance(name, str) or _key(name) not in WORKLOADS:
         raise WorkloadError(f"workload.name: unknown workload {name!r}; allowed: {allowed_names}")
     spec = WORKLOADS[_key(name)]
-    known = {**COMMON_DEFAULTS, **spec.defaults}
+    known = {**(REPLAY_COMMON_DEFAULTS if spec.replays_trace else COMMON_DEFAULTS), **spec.defaults}
     unknown = sorted(set(values) - set(known))
     if unknown:
         raise WorkloadError(f"workload.{unknown[0]}: not a knob of workload {spec.name}; "
                             f"allowed: {', '.join(sorted(known))}")
     knobs = Knobs({**known, **values}, spec.name)
-    common = CommonKnobs.parse(knobs)
     limits = ModelLimits(vocab_size=int(vocab_size), max_model_len=int(max_model_len), tokenizer_name=tokenizer_name)
-
-    arrivals = arrival_times(common)
-    prompts = spec.build(knobs, common, len(arrivals), limits)
+    if spec.replays_trace:
+        common = CommonKnobs.parse_replay(knobs)
+        arrivals = np.zeros(0)  # the builder's own
+        prompts = spec.build(knobs, common, common.num_requests, limits)
+    else:
+        common = CommonKnobs.parse(knobs)
+        arrivals = arrival_times(common)
+        prompts = spec.build(knobs, common, len(arrivals), limits)
     follow_ups = prompts.follow_ups or [None] * len(prompts.prompts)
     rows = list(zip(prompts.prompts, prompts.output_lens, arrivals, follow_ups))
     if prompts.arrivals is not None:  # the builder timed its own requests: order them by arrival
@@ -150,4 +176,5 @@ def build_workload(cfg: Any, *, vocab_size: int, max_model_len: int, tokenizer_n
         **prompts.meta,
         "knobs": knobs.values,
     }
-    return Workload(name=prompts.name, requests=requests, request_rate=common.request_rate, meta=_json_safe(meta))
+    rate = prompts.meta["request_rate"] if spec.replays_trace else common.request_rate
+    return Workload(name=prompts.name, requests=requests, request_rate=rate, meta=_json_safe(meta))

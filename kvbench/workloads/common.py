@@ -167,6 +167,19 @@ class CommonKnobs:
             duration_s=duration,
         )
 
+    @classmethod
+    def parse_replay(cls, knobs: Knobs) -> "CommonKnobs":
+        """A replayed trace's: its arrivals are the trace's (rate and burstiness do not apply)."""
+        return cls(
+            num_requests=knobs.get_int("num_requests", min_value=1, optional=True),
+            request_rate=math.nan,
+            burstiness=math.nan,
+            n=knobs.get_int("n", min_value=1),
+            beam_width=knobs.get_int("beam_width", min_value=1),
+            seed=knobs.get_int("seed", min_value=0),
+            duration_s=knobs.get_float("duration_s", positive=True, optional=True),
+        )
+
 
 # ---------------------------------------------------------------------------------------------
 # Seeded streams: one generator per purpose, so changing one knob does not shift another's draws.
