@@ -180,17 +180,16 @@ def model_path(model_cfg) -> Path:
 
 
 def _pretrained(model_cfg, device: str, dtype: torch.dtype, attn_implementation: str):
-    from transformers import AutoModelForCausalLM
-
     path = model_path(model_cfg)
-    kwargs = dict(dtype=dtype, local_files_only=True, trust_remote_code=False, attn_implementation=attn_implementation)
+    if path.is_file() and path.suffix != ".gguf":
+        raise ConfigError(f"model.path: a file must be a .gguf, got {path}")
     try:
-        if path.is_file():
-            if path.suffix != ".gguf":
-                raise ConfigError(f"model.path: a file must be a .gguf, got {path}")
-            model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, **kwargs)
-        else:
-            model = AutoModelForCausalLM.from_pretrained(str(path), **kwargs)
+        try:
+            model = _from_pretrained(path, dtype, attn_implementation)
+        except ValueError as exc:  # an architecture without SDPA (Bloom, MPT, GPT-Neo, ...): its eager attention
+            if attn_implementation != "sdpa" or "does not support" not in str(exc):
+                raise
+            model = _from_pretrained(path, dtype, "eager")
     except (OSError, ValueError) as exc:
         if isinstance(exc, ConfigError):
             raise
@@ -199,15 +198,67 @@ def _pretrained(model_cfg, device: str, dtype: torch.dtype, attn_implementation:
     return model.to(device)
 
 
+def _from_pretrained(path: Path, dtype: torch.dtype, attn_implementation: str):
+    from transformers import AutoModelForCausalLM
+
+    kwargs = dict(dtype=dtype, local_files_only=True, trust_remote_code=False, attn_implementation=attn_implementation)
+    if path.is_file():
+        return AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, **kwargs)
+    return AutoModelForCausalLM.from_pretrained(str(path), **kwargs)
+
+
+def geometry_fields(config) -> dict:
+    """The kvbench model-config geometry of a transformers config (its text config): layers, heads,
+    KV heads, K's head size (``v_head_size`` when V's differs; MLA's ``kv_lora_rank`` and
+    ``qk_rope_head_dim``), hidden and vocabulary sizes, and the sliding windows as ``sliding_window``
+    / ``layer_types``. ConfigError for a geometry the pool cannot hold (head sizes per layer)."""
+    config = config.get_text_config()
+    model_type = getattr(config, "model_type", type(config).__name__)
+    try:
+        return _geometry_fields(config, model_type)
+    except RuntimeError as exc:  # transformers' AmbiguousGlobalPerLayerAttributeError: it varies by layer
+        if "per-layer attribute" not in str(exc):
+            raise
+        attribute = str(exc).split("'")[1] if str(exc).count("'") >= 2 else "an attribute"
+        raise ConfigError(f"{model_type}: {attribute} varies across layers (per_layer_config); the KV pool holds one "
+                          "K/V geometry for every layer") from None
+
+
+def _geometry_fields(config, model_type: str) -> dict:
+    if getattr(config, "num_attention_heads", None) is None:
+        raise ConfigError(f"{model_type}: no attention heads in the config (not an attention decoder the paged KV "
+                          "pool can serve)")
+    heads = config.num_attention_heads
+    kv_heads = 1 if getattr(config, "multi_query", False) else getattr(config, "num_key_value_heads", None) or heads
+    head_size = getattr(config, "qk_head_dim", None) or getattr(config, "head_dim", None) \
+        or config.hidden_size // heads
+    fields = {"num_layers": config.num_hidden_layers, "num_heads": heads, "num_kv_heads": kv_heads,
+              "head_size": head_size, "hidden_size": config.hidden_size, "vocab_size": config.vocab_size,
+              "sliding_window": None, "layer_types": None}
+    v_head_size = getattr(config, "v_head_dim", None)
+    if v_head_size is not None and int(v_head_size) != int(head_size):
+        fields["v_head_size"] = int(v_head_size)
+    if getattr(config, "kv_lora_rank", None) is not None and getattr(config, "qk_rope_head_dim", None) is not None:
+        fields["kv_lora_rank"], fields["qk_rope_head_dim"] = int(config.kv_lora_rank), int(config.qk_rope_head_dim)
+    window = getattr(config, "sliding_window", None)
+    if window is not None and getattr(config, "use_sliding_window", True) is not False:
+        fields["sliding_window"] = int(window)
+        types = getattr(config, "layer_types", None)
+        if types is not None:
+            fields["layer_types"] = ["sliding_attention" if t == "sliding_attention" else "full_attention"
+                                     for t in types]
+    return fields
+
+
 def check_geometry(config, model_cfg) -> None:
     """The loaded architecture must match the config: the pool and the metrics derive from it."""
-    heads = config.num_attention_heads
-    kv_heads = getattr(config, "num_key_value_heads", None) or heads
-    head_size = getattr(config, "head_dim", None) or config.hidden_size // heads
-    got = {"num_layers": config.num_hidden_layers, "num_heads": heads, "num_kv_heads": kv_heads,
-           "head_size": head_size, "hidden_size": config.hidden_size, "vocab_size": config.vocab_size}
-    wrong = [f"{key} {value} (config says {model_cfg[key]})" for key, value in got.items()
-             if int(model_cfg[key]) != int(value)]
+    got = geometry_fields(config)
+    keys = ["num_layers", "num_heads", "num_kv_heads", "head_size", "hidden_size", "vocab_size"]
+    keys += [key for key in ("v_head_size", "kv_lora_rank", "qk_rope_head_dim")
+             if key in got or _get(model_cfg, key, None) is not None]
+    wrong = [f"{key} {got.get(key)} (config says {_get(model_cfg, key, None)})" for key in keys
+             if got.get(key) is None or _get(model_cfg, key, None) is None
+             or int(_get(model_cfg, key, 0)) != int(got[key])]
     if wrong:
         raise ConfigError(f"model {model_cfg.name}: the loaded model has {', '.join(wrong)}")
 
