@@ -132,30 +132,34 @@ def generate(model, request) -> list[int]:
     return out[0, request.prompt_len:].tolist()
 
 
-def model_cfg_of(model, name: str):
-    """A kvbench model config for a loaded model: its geometry as ``KVGeometry.from_hf_config`` reads it."""
+def model_cfg_of(model, name: str, max_model_len: int = MAX_MODEL_LEN):
+    """A kvbench model config for a loaded model, its geometry read from the model's config as a user
+    would write it (``kvbench.hf.model.geometry_fields``)."""
     from omegaconf import OmegaConf
 
     from kvbench.hf.model import geometry_fields
 
     fields = geometry_fields(model.config)
-    return OmegaConf.create(dict(name=name, family=model.config.model_type, max_model_len=MAX_MODEL_LEN,
+    return OmegaConf.create(dict(name=name, family=model.config.model_type, max_model_len=max_model_len,
                                  dtype="float32", load="dummy", num_params=None, **fields))
 
 
-def run_type(model_type: str, allocator: str = "paged", seed: int = 0, **overrides) -> Outcome:
-    """Build ``model_type`` tiny and classify it (see the module docstring)."""
+def run_type(model_type: str, allocator: str = "paged", seed: int | None = None, max_model_len: int = MAX_MODEL_LEN,
+             **overrides) -> Outcome:
+    """Build ``model_type`` tiny (``overrides`` on its config) and classify it (see the module docstring).
+    The weights' seed (default: one of the type's own) and the prompts differ from type to type."""
     try:
         config = tiny_config(model_type, **overrides)
-        model = build_tiny(config, seed)
+        model = build_tiny(config, zlib.crc32(model_type.encode()) % 10_000 if seed is None else seed)
         requests = _requests(model_type, int(config.get_text_config().vocab_size))
         expected = {r.request_id: generate(model, r) for r in requests}
     except Exception as exc:  # noqa: BLE001: transformers cannot build it small; not a kvbench outcome
         return Outcome(model_type, "skipped", _first_line(exc))
-    return run_model(model_type, model, requests, expected, allocator)
+    return run_model(model_type, model, requests, expected, allocator, max_model_len)
 
 
-def run_model(model_type: str, model, requests, expected, allocator: str = "paged") -> Outcome:
+def run_model(model_type: str, model, requests, expected, allocator: str = "paged",
+              max_model_len: int = MAX_MODEL_LEN) -> Outcome:
     from omegaconf import OmegaConf
 
     from allocators import build
@@ -163,16 +167,16 @@ def run_model(model_type: str, model, requests, expected, allocator: str = "page
     from kvbench.executors.hf import HFExecutor
 
     try:
-        cfg = model_cfg_of(model, f"tiny-{model_type}")
+        cfg = model_cfg_of(model, f"tiny-{model_type}", max_model_len)
         alloc = build(allocator, NUM_SLOTS, block_size=4, debug=True)
-        executor = HFExecutor(cfg, OmegaConf.create({"attention": "torch"}), num_slots=NUM_SLOTS, block_size=4,
-                              device="cpu", model=model)
+        engine_cfg = OmegaConf.create({"attention": "torch", "max_num_batched_tokens": BUDGET})
+        executor = HFExecutor(cfg, engine_cfg, num_slots=NUM_SLOTS, block_size=4, device="cpu", model=model)
     except ConfigError as exc:
         return Outcome(model_type, "refused", _first_line(exc))
     except Exception as exc:  # noqa: BLE001
         return Outcome(model_type, "crash", _crash(exc))
     try:
-        engine = Engine(alloc, executor, SchedulerConfig(max_model_len=MAX_MODEL_LEN, max_num_batched_tokens=BUDGET),
+        engine = Engine(alloc, executor, SchedulerConfig(max_model_len=max_model_len, max_num_batched_tokens=BUDGET),
                         max_steps=3000)
         out = engine.run(requests)
     except Exception as exc:  # noqa: BLE001
@@ -181,7 +185,10 @@ def run_model(model_type: str, model, requests, expected, allocator: str = "page
     if got != expected:
         wrong = sorted(rid for rid in expected if got.get(rid) != expected[rid])
         return Outcome(model_type, "different", f"requests {wrong} differ from generate")
-    return Outcome(model_type, "exact", f"{len(requests)} requests, {out.summary['num_preemptions']} preemptions")
+    prefill = out.steps["num_prefill_tokens"]
+    mixed = int(((prefill > 0) & (prefill < out.steps["num_tokens"])).sum())  # prefill chunks next to decodes
+    return Outcome(model_type, "exact", f"{len(requests)} requests, {out.summary['num_preemptions']} preemptions, "
+                                        f"{mixed} mixed steps")
 
 
 def _first_line(exc: BaseException) -> str:
