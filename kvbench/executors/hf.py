@@ -47,7 +47,8 @@ from kvbench.hf.model import DTYPES, build_model
 from kvbench.hf.pool import KVPool
 from kvbench.hf.sampling import Sampler, SamplingParams
 from kvbench.hf.torch_attention import TorchAttentionPlan
-from kvbench.sim.cost_model import TIMING_KEYS, CostParams, step_time, summarize
+from kvbench.hf.cost_view import cost_params
+from kvbench.sim.cost_model import TIMING_KEYS, step_time, summarize
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +94,8 @@ def default_kv_cache_bytes(cfg, device: str) -> int:
 
 def virtual_clock(model_cfg, engine_cfg, gpu_cfg, system_cfg=None):
     """The cost-model parameters of ``engine.clock=virtual`` (None for ``wall``): the sim backend's,
-    for the same gpu profile and system."""
+    for the same gpu profile and system (MoE and two-matrix-MLP families through
+    ``kvbench.hf.cost_view``)."""
     clock = str(engine_cfg.get("clock", "wall") or "wall") if engine_cfg is not None else "wall"
     if clock == "wall":
         return None
@@ -102,7 +104,7 @@ def virtual_clock(model_cfg, engine_cfg, gpu_cfg, system_cfg=None):
     if gpu_cfg is None:
         raise ConfigError("engine.clock=virtual needs a gpu profile (gpu=...) for the step cost model")
     try:
-        return CostParams.from_configs(model_cfg, gpu_cfg, system_cfg)
+        return cost_params(model_cfg, gpu_cfg, system_cfg)
     except ValueError as exc:
         raise ConfigError(f"engine.clock=virtual: {exc}") from None
 
