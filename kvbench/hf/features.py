@@ -182,12 +182,34 @@ def probe_layers(model, num_layers: int, max_model_len: int, max_step_tokens: in
     extra = sorted(layer for layer in probe.layers if layer >= num_layers)
     if extra:
         raise ConfigError(f"{name}: attention layer(s) {extra} beyond model.num_layers {num_layers}")
+    _check_token_independence(model, device, name)
     repeated = {layer: n for layer, n in sorted(probe.calls.items()) if n > 1}
     if repeated:
         layer, n = next(iter(repeated.items()))
         raise UnsupportedAttention(f"{name}: layer {layer} calls the attention function {n} times per forward "
                                    "(e.g. differential attention); the paged hook stores one K/V per layer and call")
     return probe
+
+
+def _check_token_independence(model, device: torch.device, name: str) -> None:
+    """With attention answering zeros, a sequence's logits must not depend on another packed before it
+    in the row: else the model mixes tokens outside attention (recurrent or convolution layers, token
+    shifts), and packed sequences would share that state."""
+    from kvbench.hf.attention import step_attention
+
+    vocab = model.config.get_text_config().vocab_size
+    first, second = [1 % vocab, 2 % vocab], [3 % vocab, 4 % vocab]
+    packed = torch.tensor([first + second], device=device)
+    alone = torch.tensor([second], device=device)
+    with torch.inference_mode(), step_attention(AttentionProbe()):
+        mixed = model(input_ids=packed, position_ids=torch.tensor([[0, 1, 0, 1]], device=device),
+                      use_cache=False).logits[0, 2:].float()
+    with torch.inference_mode(), step_attention(AttentionProbe()):
+        single = model(input_ids=alone, position_ids=torch.tensor([[0, 1]], device=device),
+                       use_cache=False).logits[0].float()
+    if not torch.allclose(mixed, single, rtol=1e-3, atol=1e-4 * max(1.0, float(single.abs().max()))):
+        raise UnsupportedAttention(f"{name}: the model mixes tokens outside attention (e.g. recurrent, state-space "
+                                   "or convolution layers): sequences packed into one step would share that state")
 
 
 def check_shapes(probe: AttentionProbe, num_kv_heads: int, head_size: int, v_head_size: int, model_name: str) -> None:
