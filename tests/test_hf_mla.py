@@ -63,10 +63,11 @@ def test_an_mla_executor_stores_expanded_heads_and_sizes_its_default_pool_to_fit
     assert (geometry.slots_for(kv_bytes) + 1) * geometry.pool_bytes_per_slot > 256 * 2**20 - geometry.pool_bytes_per_slot
 
 
-@pytest.mark.parametrize("model_type,outcome", [("vaultgemma", "exact"), ("bloom", "refused")])
+@pytest.mark.parametrize("model_type,outcome", [("vaultgemma", "exact"), ("bloom", "refused"), ("deepseek_v3", "exact")])
 def test_pretrained_models_without_sdpa_fall_back_to_eager(tmp_path, model_type, outcome):
     """Saved tiny models loaded with model.load=pretrained: an architecture without SDPA loads with its
-    eager attention and runs exactly, or is refused for its real reason (Bloom: ALiBi), not for SDPA."""
+    eager attention and runs exactly, or is refused for its real reason (Bloom: ALiBi), not for SDPA;
+    an MLA model's geometry (v_head_size, kv_lora_rank, qk_rope_head_dim) is checked and it runs exactly."""
     from kvbench.hf.matrix import _requests, build_tiny, generate, model_cfg_of, run_model, tiny_config
     from kvbench.hf.model import build_model
 
@@ -76,7 +77,7 @@ def test_pretrained_models_without_sdpa_fall_back_to_eager(tmp_path, model_type,
     cfg = model_cfg_of(reference, f"tiny-{model_type}")
     cfg.load, cfg.path = "pretrained", str(tmp_path)
     model = build_model(cfg)
-    assert model.config._attn_implementation == "eager"
+    assert model.config._attn_implementation == ("sdpa" if model_type == "deepseek_v3" else "eager")
     requests = _requests(model_type, 256)
     result = run_model(model_type, model, requests, {r.request_id: generate(reference, r) for r in requests})
     assert result.outcome == outcome, result
