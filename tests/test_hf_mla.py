@@ -83,3 +83,20 @@ def test_pretrained_models_without_sdpa_fall_back_to_eager(tmp_path, model_type,
     assert result.outcome == outcome, result
     if outcome == "refused":
         assert result.detail == "bloom: ALiBi position biases are not implemented by the paged hook"
+
+
+def test_the_sim_sizes_an_mla_pool_by_its_latent(tmp_path):
+    """Llama-3-8B's shape with MLA attention (latent 512 + rope 64, K 192 / V 128 per head): the sim's
+    pool holds kv_bytes / (32 layers x 576 x 2 bytes) slots, 3.6x the slots of its per-head K/V."""
+    from kvbench.app import run
+    from tests.test_hf_executor import composed
+
+    common = ["backend=sim", "model=llama-3-8b", "workload=synthetic", "workload.num_requests=8",
+              "workload.prompt_len=64", "workload.output_len=16", "progress=false", "logger=none",
+              f"results_dir={tmp_path}", "gpu=a100-80gb", "engine.kv_cache_bytes=1e9"]
+    mla = ["model.name=llama-3-8b-mla", "+model.kv_lora_rank=512", "+model.qk_rope_head_dim=64",
+           "+model.v_head_size=128", "model.head_size=192", "model.num_kv_heads=32"]
+    plain, latent = run(composed(common)), run(composed(common + mla))
+    assert latent["kv_slots"] == 10**9 // (32 * 576 * 2) // 16 * 16
+    assert plain["kv_slots"] == 10**9 // (2 * 32 * 8 * 128 * 2) // 16 * 16
+    assert latent["num_finished"] == plain["num_finished"] == 8

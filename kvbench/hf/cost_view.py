@@ -11,6 +11,13 @@ backend builds map onto those, with the same attention geometry:
   num_experts / num_experts_per_tok tokens or more touches them all; smaller decode batches are
   modelled slow, an upper bound).
 
+- multi-head latent attention (``model.kv_lora_rank`` set: DeepSeek-V2/V3, MiniCPM3): MLA's own
+  projections (Q directly or through ``q_lora_rank``, the latent and rope key down-projection, the
+  latent's up-projection to per-head K-nope and V, the output), a dense gate/up/down MLP of
+  ``intermediate_size`` (routed experts are not counted: give the active width there), QK over K's
+  head size and PV over V's, and one latent row per layer and block read (the cost model's
+  ``bytes_per_slot`` is ``KVGeometry``'s, the latent's).
+
 A family the cost model counts is returned unchanged, so its numbers are the cost model's own.
 """
 from __future__ import annotations
@@ -62,10 +69,40 @@ def cost_view(model_cfg):
     return view, float(weights * DTYPE_BYTES[str(model_cfg.dtype)])
 
 
+def mla_attention_params(model_cfg) -> int:
+    """Weights of one MLA layer's attention projections."""
+    h, heads = int(model_cfg.hidden_size), int(model_cfg.num_heads)
+    qk, rope = int(model_cfg.head_size), int(model_cfg.qk_rope_head_dim)
+    v, rank = int(_get(model_cfg, "v_head_size", qk)), int(model_cfg.kv_lora_rank)
+    q_rank = _get(model_cfg, "q_lora_rank", None)
+    q = h * heads * qk if q_rank is None else h * int(q_rank) + int(q_rank) * heads * qk
+    return q + h * (rank + rope) + rank * heads * (qk - rope + v) + heads * v * h
+
+
+def _mla_params(model_cfg, gpu_cfg, system_cfg):
+    from kvbench.sim.cost_model import CostParams, FAMILIES
+
+    view = model_cfg.copy()
+    if str(view.family) not in FAMILIES:
+        view.family = "llama"
+    params = CostParams.from_configs(view, gpu_cfg, system_cfg)
+    h, layers, vocab = int(model_cfg.hidden_size), int(model_cfg.num_layers), int(model_cfg.vocab_size)
+    linear = layers * (mla_attention_params(model_cfg) + 3 * h * int(model_cfg.intermediate_size))
+    heads, v = int(model_cfg.num_heads), int(_get(model_cfg, "v_head_size", model_cfg.head_size))
+    return dataclasses.replace(
+        params, dense_flops_per_token=2.0 * linear,
+        weight_read_bytes=float((linear + vocab * h) * DTYPE_BYTES[str(model_cfg.dtype)]),
+        attn_flops_per_pair=2.0 * heads * (int(model_cfg.head_size) + v) * layers,
+        segments_per_block=float(layers), segments_per_copy_op=float(layers))
+
+
 def cost_params(model_cfg, gpu_cfg, system_cfg=None):
-    """``CostParams.from_configs`` on ``cost_view(model_cfg)``, with the MoE weights a step reads."""
+    """``CostParams.from_configs`` on ``cost_view(model_cfg)``, with the MoE weights a step reads, or
+    MLA's counts (``kv_lora_rank`` set)."""
     from kvbench.sim.cost_model import CostParams
 
+    if _get(model_cfg, "kv_lora_rank", None) is not None:
+        return _mla_params(model_cfg, gpu_cfg, system_cfg)
     view, weight_bytes = cost_view(model_cfg)
     params = CostParams.from_configs(view, gpu_cfg, system_cfg)
     return params if weight_bytes is None else dataclasses.replace(params, weight_read_bytes=weight_bytes)
