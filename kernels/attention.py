@@ -5,7 +5,8 @@ depend on it). One pool per layer:
 
     key_cache, value_cache: [num_blocks, block_size, num_kv_heads, head_size]
 
-a view of [num_slots, num_kv_heads, head_size] with slot = block * block_size + offset. A
+a view of [num_slots, num_kv_heads, head_size] with slot = block * block_size + offset; V's head
+size may differ from K's (MLA: K qk_nope + qk_rope, V v_head_dim), and the output has V's. A
 contiguous allocation is a run of consecutive block ids. The head dimension must be contiguous;
 the block and slot strides are free (a K/V-interleaved pool works).
 

@@ -89,7 +89,7 @@ def _row_meta(pool) -> dict:
 
 
 def store_kv(key, value, key_cache, value_cache, slot_mapping):
-    """Write token t's K and V ([T, Hkv, D] each) into pool slot slot_mapping[t] (int64; negative = skip)."""
+    """Write token t's K [T, Hkv, D] and V [T, Hkv, Dv] into pool slot slot_mapping[t] (int64; negative = skip)."""
     pool = check_store_args(key, value, key_cache, value_cache, slot_mapping)
     _check_device(key_cache)
     if key.shape[0] == 0:
