@@ -108,7 +108,7 @@ RULES: list[Rule] = [
     Rule("workload.duration_s", "number", above=0, optional=True, when=_has("workload.duration_s")),
     # model: MLA and other K/V head sizes of their own (kvbench.geometry)
     *(Rule(f"model.{key}", "int", low=1, high=1_000_000, optional=True, when=_has(f"model.{key}"))
-      for key in ("v_head_size", "kv_lora_rank", "qk_rope_head_dim")),
+      for key in ("v_head_size", "kv_lora_rank", "qk_rope_head_dim", "q_lora_rank")),
     # logger
     Rule("logger.max_step_logs", "int", low=0, when=_wandb),
 ]

@@ -8,7 +8,9 @@ null). Nothing is fetched from a hub: HF_HUB_OFFLINE=1 and ``local_files_only``.
 Optional model-config fields (defaults in parentheses): ``tie_word_embeddings`` (whichever of
 tied / untied makes the architecture's parameter count equal ``num_params``, which every model
 file states exactly; else false for the Llama family and true for OPT), ``rope_theta`` (10000),
-``rms_norm_eps`` (1e-6), ``init_std`` (the dummy weights' normal std, 0.02).
+``rms_norm_eps`` (1e-6), ``init_std`` (the dummy weights' normal std, 0.02). ``deepseek_v3`` (MLA)
+needs ``kv_lora_rank`` and ``qk_rope_head_dim`` (``head_size`` is K's, nope + rope; ``v_head_size``
+V's; ``q_lora_rank`` optional) and builds a dense MLP in every layer.
 """
 from __future__ import annotations
 
@@ -21,10 +23,10 @@ from kvbench.config import ConfigError
 
 # model.family -> transformers model_type. Every family routes attention through the registry.
 FAMILIES = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "phi", "phi3", "gemma",
-            "gemma2", "gemma3_text", "gpt2", "gpt_neox", "opt", "starcoder2", "olmo", "olmo2")
+            "gemma2", "gemma3_text", "gpt2", "gpt_neox", "opt", "starcoder2", "olmo", "olmo2", "deepseek_v3")
 NO_GQA = ("gpt2", "gpt_neox", "opt")  # one KV head per query head
 HEAD_DIM_FAMILIES = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma", "gemma2",
-                     "gemma3_text", "olmo", "olmo2")  # configs with a head_dim field (else hidden / heads)
+                     "gemma3_text", "olmo", "olmo2", "deepseek_v3")  # head sizes of their own (else hidden / heads)
 SLIDING_FAMILIES = ("mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", "phi3", "gemma2", "gemma3_text",
                     "starcoder2")
 LAYER_TYPE_FAMILIES = ("qwen2", "qwen3", "gemma2", "gemma3_text")  # configs with per-layer layer_types
@@ -78,6 +80,8 @@ def hf_config(model_cfg):
             attention_dropout=0.0, tie_word_embeddings=True, **common, **extra)
         config.tie_word_embeddings = _tied(model_cfg, config, default=True)
         return config
+    if family == "deepseek_v3":
+        return _deepseek_v3(model_cfg, common, extra)
     if family == "gpt2":
         config = AutoConfig.for_model(
             "gpt2", n_embd=hidden, n_layer=int(model_cfg.num_layers), n_head=heads,
@@ -107,6 +111,34 @@ def hf_config(model_cfg):
             kwargs["layer_types"] = ["sliding_attention" if w is not None else "full_attention"
                                      for w in (windows or (None,) * int(model_cfg.num_layers))]
     config = AutoConfig.for_model(family, **kwargs)
+    config.tie_word_embeddings = _tied(model_cfg, config, default=False)
+    return config
+
+
+def _deepseek_v3(model_cfg, common: dict, extra: dict):
+    """DeepSeek-V3's MLA attention with a dense MLP in every layer (no routed experts)."""
+    from transformers import AutoConfig
+
+    name, heads = model_cfg.name, int(model_cfg.num_heads)
+    rank, rope = _get(model_cfg, "kv_lora_rank", None), _get(model_cfg, "qk_rope_head_dim", None)
+    if rank is None or rope is None:
+        raise ConfigError(f"model {name}: deepseek_v3 (MLA) needs model.kv_lora_rank and model.qk_rope_head_dim")
+    if int(model_cfg.num_kv_heads) != heads:
+        raise ConfigError(f"model {name}: MLA expands K/V to every query head (num_kv_heads must equal num_heads)")
+    head_size, rope = int(model_cfg.head_size), int(rope)
+    if head_size <= rope:
+        raise ConfigError(f"model {name}: head_size ({head_size}) must exceed qk_rope_head_dim ({rope}): K is nope + rope")
+    extra = {key: value for key, value in extra.items() if key not in ("num_experts_per_tok", "moe_intermediate_size")}
+    config = AutoConfig.for_model(
+        "deepseek_v3", hidden_size=int(model_cfg.hidden_size), num_hidden_layers=int(model_cfg.num_layers),
+        num_attention_heads=heads, num_key_value_heads=heads, intermediate_size=int(model_cfg.intermediate_size),
+        max_position_embeddings=int(model_cfg.max_model_len), kv_lora_rank=int(rank),
+        q_lora_rank=_get(model_cfg, "q_lora_rank", None), qk_rope_head_dim=rope, qk_nope_head_dim=head_size - rope,
+        v_head_dim=int(_get(model_cfg, "v_head_size", head_size)), head_dim=rope,
+        first_k_dense_replace=int(model_cfg.num_layers), n_group=1, topk_group=1,
+        rms_norm_eps=float(_get(model_cfg, "rms_norm_eps", 1e-6)),
+        rope_parameters={"rope_type": "default", "rope_theta": float(_get(model_cfg, "rope_theta", 10000.0))},
+        tie_word_embeddings=False, **common, **extra)
     config.tie_word_embeddings = _tied(model_cfg, config, default=False)
     return config
 
