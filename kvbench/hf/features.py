@@ -207,7 +207,9 @@ def _check_token_independence(model, device: torch.device, name: str) -> None:
     with torch.inference_mode(), step_attention(AttentionProbe()):
         single = model(input_ids=alone, position_ids=torch.tensor([[0, 1]], device=device),
                        use_cache=False).logits[0].float()
-    if not torch.allclose(mixed, single, rtol=1e-3, atol=1e-4 * max(1.0, float(single.abs().max()))):
+    # float rounding of different row counts stays far below this; another sequence's state does not
+    tolerance = 1e-3 if next(model.parameters()).dtype == torch.float32 else 3e-2
+    if float((mixed - single).abs().max()) > tolerance * max(1.0, float(single.abs().max())):
         raise UnsupportedAttention(f"{name}: the model mixes tokens outside attention (e.g. recurrent, state-space "
                                    "or convolution layers): sequences packed into one step would share that state")
 
