@@ -2,7 +2,8 @@
 
 Pool layout, one pool per layer: key_cache and value_cache are [num_blocks, block_size,
 num_kv_heads, head_size], a view of [num_slots, num_kv_heads, head_size] with slot = block *
-block_size + offset (details in ``kernels.attention``).
+block_size + offset; value_cache's head size may differ from key_cache's (MLA; details in
+``kernels.attention``).
 
     paged_attention(query, key_cache, value_cache, block_tables, context_lens, query_start_loc, scale,
                     *, out=None, num_splits=None) -> out

@@ -47,6 +47,7 @@ class Variant:
     num_seqs: int = 8
     window: int | None = None  # sliding window (SLIDING)
     softcap: float | None = None  # logit soft-capping (SOFTCAP)
+    v_head_size: int | None = None  # V's head size when it differs from K's (MLA)
 
 
 def _variants(quick: bool) -> list[Variant]:
@@ -55,7 +56,9 @@ def _variants(quick: bool) -> list[Variant]:
          Variant("copy bf16 d128", "copy"),
          Variant("decode bf16 window+cap", "decode", head_size=256, window=4096, softcap=50.0),
          Variant("prefill bf16 window+cap", "prefill", head_size=256, window=4096, softcap=50.0),
-         Variant("split bf16 window", "split", window=4096)]
+         Variant("split bf16 window", "split", window=4096),
+         *(Variant(f"{mode} bf16 MLA k192 v128", mode, head_size=192, v_head_size=128, num_heads=16, num_kv_heads=16)
+           for mode in ("decode", "prefill", "split", "store", "copy"))]
     if quick:
         return v
     for mode in ("decode", "prefill"):
@@ -79,21 +82,25 @@ def _launches(v: Variant) -> list[tuple]:
 
     meta = dict(device="meta")
     cache = torch.empty((4096, v.block_size, v.num_kv_heads, v.head_size), dtype=v.dtype, **meta)
+    v_size = v.v_head_size or v.head_size
+    v_cache = torch.empty((4096, v.block_size, v.num_kv_heads, v_size), dtype=v.dtype, **meta)
     if v.mode in ("store", "copy"):
-        pool = check_pool(cache, cache)
+        pool = check_pool(cache, v_cache)
         if v.mode == "store":
             new = torch.empty((64, v.num_kv_heads, v.head_size), dtype=v.dtype, **meta)
-            return [store_kv_launch(new, new, cache, cache, torch.empty(64, dtype=torch.int64, **meta), pool)]
+            new_v = torch.empty((64, v.num_kv_heads, v_size), dtype=v.dtype, **meta)
+            return [store_kv_launch(new, new_v, cache, v_cache, torch.empty(64, dtype=torch.int64, **meta), pool)]
         slots = torch.empty(64, dtype=torch.int64, **meta)
-        return [copy_slots_launch(cache, cache, slots, slots, pool)]
+        return [copy_slots_launch(cache, v_cache, slots, slots, pool)]
     q_len = 1 if v.mode in ("decode", "split") else 512
     query = torch.empty((v.num_seqs * q_len, v.num_heads, v.head_size), dtype=v.dtype, **meta)
     block_tables = torch.empty((v.num_seqs, 64), dtype=torch.int32, **meta)
     lens = torch.empty(v.num_seqs, dtype=torch.int32, **meta)
     qsl = torch.empty(v.num_seqs + 1, dtype=torch.int32, **meta)
-    shape = check_attention_args(query, cache, cache, block_tables, lens, qsl, 0.1, None, None, v.window, v.softcap)
-    config = pick_config(shape.num_queries_per_kv, v.head_size, v.dtype, decode_only=q_len == 1)
-    return launch_plan(query, cache, cache, block_tables, lens, qsl, 0.1, torch.empty_like(query), shape, config,
+    shape = check_attention_args(query, cache, v_cache, block_tables, lens, qsl, 0.1, None, None, v.window, v.softcap)
+    config = pick_config(shape.num_queries_per_kv, max(v.head_size, v_size), v.dtype, decode_only=q_len == 1)
+    out = torch.empty((query.shape[0], v.num_heads, v_size), dtype=v.dtype, **meta)
+    return launch_plan(query, cache, v_cache, block_tables, lens, qsl, 0.1, out, shape, config,
                        8 if v.mode == "split" else 1, window=v.window, softcap=v.softcap)
 
 

@@ -5,7 +5,8 @@ depend on it). One pool per layer:
 
     key_cache, value_cache: [num_blocks, block_size, num_kv_heads, head_size]
 
-a view of [num_slots, num_kv_heads, head_size] with slot = block * block_size + offset. A
+a view of [num_slots, num_kv_heads, head_size] with slot = block * block_size + offset; V's head
+size may differ from K's (MLA: K qk_nope + qk_rope, V v_head_dim), and the output has V's. A
 contiguous allocation is a run of consecutive block ids. The head dimension must be contiguous;
 the block and slot strides are free (a K/V-interleaved pool works).
 
@@ -61,7 +62,7 @@ def _find_seq(query_start_loc_ptr, tile, num_seqs, BLOCK_Q: tl.constexpr):
 def _attend_kv_tile(
     q,  # [BLOCK_M, HEAD_PAD] query tile
     m_i, l_i,  # [BLOCK_M] running max and sum (log2 domain)
-    acc,  # [BLOCK_M, HEAD_PAD] float32 unnormalised output
+    acc,  # [BLOCK_M, V_HEAD_PAD] float32 unnormalised output
     kv_tile,  # index of the BLOCK_N-token tile of the context
     kv_end,  # keys at positions >= kv_end are not read
     q_pos,  # [BLOCK_M] position of each row's query token
@@ -76,6 +77,8 @@ def _attend_kv_tile(
     BLOCK_N: tl.constexpr,
     HEAD_SIZE: tl.constexpr,
     HEAD_PAD: tl.constexpr,
+    V_HEAD_SIZE: tl.constexpr,
+    V_HEAD_PAD: tl.constexpr,
     IEEE_DOT: tl.constexpr,
     INTERPRET: tl.constexpr,
     SLIDING: tl.constexpr,
@@ -122,8 +125,9 @@ def _attend_kv_tile(
     alpha = tl.exp2(m_i - m_new)
     l_i = l_i * alpha + tl.sum(p, 1)
     acc = acc * alpha[:, None]
-    v = tl.load(v_head_ptr + v_row[:, None] + dims[None, :],
-                mask=in_range[:, None] & dim_valid[None, :], other=0.0)  # [BLOCK_N, HEAD_PAD]
+    v_dims = tl.arange(0, V_HEAD_PAD)
+    v = tl.load(v_head_ptr + v_row[:, None] + v_dims[None, :],
+                mask=in_range[:, None] & (v_dims < V_HEAD_SIZE)[None, :], other=0.0)  # [BLOCK_N, V_HEAD_PAD]
     if INTERPRET:
         acc += tl.dot(p.to(v.dtype).to(tl.float32), v.to(tl.float32))  # same rounding of p as compiled
     elif IEEE_DOT:
@@ -135,12 +139,12 @@ def _attend_kv_tile(
 
 @triton.jit
 def _paged_attention_kernel(
-    out_ptr,  # [T, Hq, HEAD_SIZE], query dtype; written when not SPLIT
-    part_out_ptr,  # [num_splits, T, Hq, HEAD_PAD] float32; written when SPLIT
+    out_ptr,  # [T, Hq, V_HEAD_SIZE], query dtype; written when not SPLIT
+    part_out_ptr,  # [num_splits, T, Hq, V_HEAD_PAD] float32; written when SPLIT
     part_lse_ptr,  # [num_splits, T, Hq] float32, log2-sum-exp2 of each split's scaled scores
     query_ptr,  # [T, Hq, HEAD_SIZE]
     key_cache_ptr,  # [num_blocks, BLOCK_SIZE, Hkv, HEAD_SIZE]
-    value_cache_ptr,  # [num_blocks, BLOCK_SIZE, Hkv, HEAD_SIZE]
+    value_cache_ptr,  # [num_blocks, BLOCK_SIZE, Hkv, V_HEAD_SIZE]
     block_tables_ptr,  # [B, max_blocks] int32
     context_lens_ptr,  # [B] int32
     query_start_loc_ptr,  # [B + 1] int32
@@ -159,6 +163,8 @@ def _paged_attention_kernel(
     QUERIES_PER_KV: tl.constexpr,
     HEAD_SIZE: tl.constexpr,
     HEAD_PAD: tl.constexpr,  # next power of two >= max(HEAD_SIZE, 16)
+    V_HEAD_SIZE: tl.constexpr,  # V's head size (MLA: differs from K's)
+    V_HEAD_PAD: tl.constexpr,  # next power of two >= max(V_HEAD_SIZE, 16)
     BLOCK_SIZE: tl.constexpr,  # tokens per page
     BLOCK_M: tl.constexpr,  # rows of the query tile, power of two >= BLOCK_Q * QUERIES_PER_KV
     BLOCK_Q: tl.constexpr,  # query tokens per program
@@ -207,7 +213,7 @@ def _paged_attention_kernel(
 
     m_i = tl.full([BLOCK_M], -1.0e30, tl.float32)  # running max (finite: a fully masked tile gives no NaN)
     l_i = tl.zeros([BLOCK_M], tl.float32)  # running sum of exp2
-    acc = tl.zeros([BLOCK_M, HEAD_PAD], tl.float32)
+    acc = tl.zeros([BLOCK_M, V_HEAD_PAD], tl.float32)
 
     block_table_row = block_tables_ptr + seq.to(tl.int64) * stride_bt
     k_head_ptr = key_cache_ptr + kv_head.to(tl.int64) * stride_kh
@@ -221,32 +227,35 @@ def _paged_attention_kernel(
             m_i, l_i, acc = _attend_kv_tile(
                 q, m_i, l_i, acc, kv_tile, kv_end, q_pos, block_table_row, k_head_ptr, v_head_ptr,
                 stride_kb, stride_ks, stride_vb, stride_vs, scale_log2, window, softcap_in, softcap_out,
-                BLOCK_SIZE, BLOCK_N, HEAD_SIZE, HEAD_PAD, IEEE_DOT, INTERPRET, SLIDING, SOFTCAP)
+                BLOCK_SIZE, BLOCK_N, HEAD_SIZE, HEAD_PAD, V_HEAD_SIZE, V_HEAD_PAD, IEEE_DOT, INTERPRET, SLIDING,
+                SOFTCAP)
             kv_tile += 1
     else:
         for kv_tile in range(tile_lo, tile_hi):
             m_i, l_i, acc = _attend_kv_tile(
                 q, m_i, l_i, acc, kv_tile, kv_end, q_pos, block_table_row, k_head_ptr, v_head_ptr,
                 stride_kb, stride_ks, stride_vb, stride_vs, scale_log2, window, softcap_in, softcap_out,
-                BLOCK_SIZE, BLOCK_N, HEAD_SIZE, HEAD_PAD, IEEE_DOT, INTERPRET, SLIDING, SOFTCAP)
+                BLOCK_SIZE, BLOCK_N, HEAD_SIZE, HEAD_PAD, V_HEAD_SIZE, V_HEAD_PAD, IEEE_DOT, INTERPRET, SLIDING,
+                SOFTCAP)
 
     has_keys = l_i > 0.0  # false only for padding rows and for splits with no key in range
     l_safe = tl.where(has_keys, l_i, 1.0)
-    o = acc / l_safe[:, None]  # [BLOCK_M, HEAD_PAD]
+    o = acc / l_safe[:, None]  # [BLOCK_M, V_HEAD_PAD]
+    v_dims = tl.arange(0, V_HEAD_PAD)
     if SPLIT:
         part_row = (split.to(tl.int64) * num_tokens + token) * num_heads + head  # [BLOCK_M]
         lse = tl.where(has_keys, m_i + tl.log2(l_safe), float("-inf"))
         tl.store(part_lse_ptr + part_row, lse, mask=row_valid)
-        tl.store(part_out_ptr + part_row[:, None] * HEAD_PAD + dims[None, :], o,
-                 mask=row_valid[:, None] & (dims[None, :] < HEAD_PAD))
+        tl.store(part_out_ptr + part_row[:, None] * V_HEAD_PAD + v_dims[None, :], o,
+                 mask=row_valid[:, None] & (v_dims[None, :] < V_HEAD_PAD))
     else:
-        tl.store(out_ptr + token[:, None] * stride_ot + head[:, None] * stride_oh + dims[None, :],
-                 o.to(out_ptr.dtype.element_ty), mask=row_valid[:, None] & dim_valid[None, :])
+        tl.store(out_ptr + token[:, None] * stride_ot + head[:, None] * stride_oh + v_dims[None, :],
+                 o.to(out_ptr.dtype.element_ty), mask=row_valid[:, None] & (v_dims < V_HEAD_SIZE)[None, :])
 
 
 @triton.jit
 def _reduce_splits_kernel(
-    out_ptr,  # [T, Hq, HEAD_SIZE]
+    out_ptr,  # [T, Hq, HEAD_SIZE] (V's head size)
     part_out_ptr,  # [num_splits, T, Hq, HEAD_PAD] float32
     part_lse_ptr,  # [num_splits, T, Hq] float32
     num_tokens,
@@ -342,9 +351,10 @@ def paged_attention(query, key_cache, value_cache, block_tables, context_lens, q
                     *, out=None, num_splits=None, window=None, softcap=None):
     """Causal attention of each sequence's new query tokens over its paged K/V.
 
-    query [T, Hq, D]; key_cache/value_cache [num_blocks, block_size, Hkv, D] (same dtype: float32,
-    float16 or bfloat16); block_tables [B, max_blocks] int32; context_lens [B] int32 (all tokens,
-    new ones included); query_start_loc [B + 1] int32; scale: softmax scale. Returns out [T, Hq, D]
+    query [T, Hq, D]; key_cache [num_blocks, block_size, Hkv, D], value_cache [..., Dv] (Dv = D
+    except for MLA; same dtype: float32, float16 or bfloat16); block_tables [B, max_blocks] int32;
+    context_lens [B] int32 (all tokens, new ones included); query_start_loc [B + 1] int32; scale:
+    softmax scale. Returns out [T, Hq, Dv]
     (written into ``out`` when given). num_splits: None lets the launcher choose split-K; an
     integer forces it (1 = no split). The K/V of the new tokens must already be in the pool.
     window: sliding-window attention, each query sees its last ``window`` positions (itself included;
@@ -361,12 +371,13 @@ def _paged_attention(query, key_cache, value_cache, block_tables, context_lens, 
                                  scale, out, num_splits, window, softcap)
     _check_device(query)
     if out is None:
-        out = torch.empty_like(query)
+        out = query.new_empty((shape.num_tokens, shape.num_heads, shape.pool.v_head_size))
     if shape.num_tokens == 0:
         return out
     decode_only = shape.num_tokens == shape.num_seqs  # every sequence has exactly one new token
     if config is None:
-        config = pick_config(shape.num_queries_per_kv, shape.pool.head_size, query.dtype, decode_only)
+        config = pick_config(shape.num_queries_per_kv, max(shape.pool.head_size, shape.pool.v_head_size), query.dtype,
+                             decode_only)
     if num_splits is None:
         max_context = shape.max_blocks * shape.pool.block_size  # host-side bound: no device sync
         if window is not None:
@@ -395,9 +406,10 @@ def launch_plan(query, key_cache, value_cache, block_tables, context_lens, query
     block_m = max(config.block_m, triton.next_power_of_2(group))
     block_q = block_m // group
     pad = head_pad(shape.pool.head_size)
+    v_pad = head_pad(shape.pool.v_head_size)
     split = num_splits > 1
     if split:
-        part_out = torch.empty((num_splits, shape.num_tokens, shape.num_heads, pad), dtype=torch.float32,
+        part_out = torch.empty((num_splits, shape.num_tokens, shape.num_heads, v_pad), dtype=torch.float32,
                                device=query.device)
         part_lse = torch.empty((num_splits, shape.num_tokens, shape.num_heads), dtype=torch.float32,
                                device=query.device)
@@ -429,6 +441,8 @@ def launch_plan(query, key_cache, value_cache, block_tables, context_lens, query
         QUERIES_PER_KV=group,
         HEAD_SIZE=shape.pool.head_size,
         HEAD_PAD=pad,
+        V_HEAD_SIZE=shape.pool.v_head_size,
+        V_HEAD_PAD=v_pad,
         BLOCK_SIZE=shape.pool.block_size,
         BLOCK_M=block_m,
         BLOCK_Q=block_q,
@@ -450,8 +464,8 @@ def launch_plan(query, key_cache, value_cache, block_tables, context_lens, query
             num_heads=shape.num_heads,
             num_splits=num_splits,
             stride_ot=out.stride(0), stride_oh=out.stride(1),
-            HEAD_SIZE=shape.pool.head_size,
-            HEAD_PAD=pad,
+            HEAD_SIZE=shape.pool.v_head_size,
+            HEAD_PAD=v_pad,
             SPLITS_PAD=max(2, triton.next_power_of_2(num_splits)),
             num_warps=4,
         )))

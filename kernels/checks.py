@@ -42,7 +42,8 @@ class PoolShape:
     num_blocks: int
     block_size: int
     num_kv_heads: int
-    head_size: int
+    head_size: int  # K's (and the query's)
+    v_head_size: int  # V's (and the output's); MLA's differs from K's
 
     @property
     def num_slots(self) -> int:
@@ -88,17 +89,20 @@ def _same(what: str, a, b) -> None:
 
 
 def check_pool(key_cache: torch.Tensor, value_cache: torch.Tensor) -> PoolShape:
+    """The pool's shape; K and V may have different head sizes (MLA), nothing else may differ."""
     layout = "[num_blocks, block_size, num_kv_heads, head_size]"
     _check_tensor("key_cache", key_cache, layout, 4)
     _check_tensor("value_cache", value_cache, layout, 4)
-    _same("shapes", list(key_cache.shape), list(value_cache.shape))
+    _same("shapes", list(key_cache.shape[:3]), list(value_cache.shape[:3]))
     _same("dtypes", _dtype_name(key_cache.dtype), _dtype_name(value_cache.dtype))
     _same("devices", key_cache.device, value_cache.device)
     num_blocks, block_size, num_kv_heads, head_size = key_cache.shape
+    v_head_size = value_cache.shape[3]
     require(block_size >= 1 and num_kv_heads >= 1,
             f"cache block_size and num_kv_heads must be >= 1, got shape {list(key_cache.shape)}")
-    require(1 <= head_size <= MAX_HEAD_SIZE, f"head_size must be in [1, {MAX_HEAD_SIZE}], got {head_size}")
-    return PoolShape(num_blocks, block_size, num_kv_heads, head_size)
+    for name, size in (("head_size", head_size), ("value head_size", v_head_size)):
+        require(1 <= size <= MAX_HEAD_SIZE, f"{name} must be in [1, {MAX_HEAD_SIZE}], got {size}")
+    return PoolShape(num_blocks, block_size, num_kv_heads, head_size, v_head_size)
 
 
 def _check_like(name: str, tensor, like: torch.Tensor, like_name: str) -> None:
@@ -138,8 +142,10 @@ def check_attention_args(query, key_cache, value_cache, block_tables, context_le
                                 and math.isfinite(softcap) and softcap > 0),
             f"softcap must be None or a finite number > 0, got {softcap!r}")
     if out is not None:
-        _check_tensor("out", out, "[num_tokens, num_heads, head_size]", 3)
-        require(out.shape == query.shape, f"out shape {list(out.shape)} differs from query shape {list(query.shape)}")
+        _check_tensor("out", out, "[num_tokens, num_heads, value head_size]", 3)
+        expected = [num_tokens, num_heads, pool.v_head_size]
+        require(list(out.shape) == expected, f"out shape {list(out.shape)} differs from {expected} "
+                                             "(query tokens and heads, the value head size)")
         _check_like("out", out, query, "query")
     if num_splits is not None:
         require(isinstance(num_splits, int) and not isinstance(num_splits, bool) and 1 <= num_splits <= MAX_SPLITS,
@@ -173,13 +179,12 @@ def _check_attention_values(shape: AttentionShape, block_tables, context_lens, q
 
 def check_store_args(key, value, key_cache, value_cache, slot_mapping) -> PoolShape:
     pool = check_pool(key_cache, value_cache)
-    layout = f"[num_tokens, {pool.num_kv_heads}, {pool.head_size}] to match the cache"
-    for name, new in (("key", key), ("value", value)):
+    for name, new, size in (("key", key, pool.head_size), ("value", value, pool.v_head_size)):
+        layout = f"[num_tokens, {pool.num_kv_heads}, {size}] to match the cache"
         _check_tensor(name, new, layout, 3)
-        require(tuple(new.shape[1:]) == (pool.num_kv_heads, pool.head_size),
-                f"{name} must be {layout}, got shape {list(new.shape)}")
+        require(tuple(new.shape[1:]) == (pool.num_kv_heads, size), f"{name} must be {layout}, got shape {list(new.shape)}")
         _check_like(name, new, key_cache, "cache")
-    require(key.shape == value.shape, f"key and value shapes differ: {list(key.shape)} vs {list(value.shape)}")
+    require(key.shape[0] == value.shape[0], f"key and value token counts differ: {key.shape[0]} vs {value.shape[0]}")
     _check_tensor("slot_mapping", slot_mapping, "[num_tokens]", 1, dtype=torch.int64, device=key_cache.device)
     require(slot_mapping.shape[0] == key.shape[0],
             f"slot_mapping has {slot_mapping.shape[0]} entries, key {key.shape[0]} tokens")

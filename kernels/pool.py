@@ -93,8 +93,8 @@ def scatter_slots(key_cache: torch.Tensor, value_cache: torch.Tensor, slots, key
     """Swap in: write host (or device) K and V rows [n, Hkv, D] into ``slots`` of the pool."""
     pool = check_pool(key_cache, value_cache)
     blocks, offsets = _slot_index(slots, pool.block_size, key_cache.device)
-    expected = (blocks.shape[0], pool.num_kv_heads, pool.head_size)
-    for name, rows in (("key", key), ("value", value)):
+    for name, rows, size in (("key", key, pool.head_size), ("value", value, pool.v_head_size)):
+        expected = (blocks.shape[0], pool.num_kv_heads, size)
         require(tuple(rows.shape) == expected,
                 f"{name} must be {list(expected)} for these slots, got {list(rows.shape)}")
         require(rows.dtype == key_cache.dtype,

@@ -20,7 +20,7 @@ def paged_attention_ref(query, key_cache, value_cache, block_tables, context_len
                                  scale, out, num_splits, window, softcap)
     del num_splits  # the reference never splits
     if out is None:
-        out = torch.empty_like(query)
+        out = query.new_empty((query.shape[0], query.shape[1], shape.pool.v_head_size))
     block_size = shape.pool.block_size
     group = shape.num_queries_per_kv
     starts = query_start_loc.tolist()
@@ -33,7 +33,7 @@ def paged_attention_ref(query, key_cache, value_cache, block_tables, context_len
         blocks = block_tables[b, positions // block_size].long()
         offsets = positions % block_size
         k = key_cache[blocks, offsets].float().repeat_interleave(group, dim=1)  # [context_len, Hq, D]
-        v = value_cache[blocks, offsets].float().repeat_interleave(group, dim=1)
+        v = value_cache[blocks, offsets].float().repeat_interleave(group, dim=1)  # [context_len, Hq, Dv]
         scores = torch.einsum("qhd,khd->hqk", q, k) * scale  # [Hq, q_len, context_len]
         if softcap is not None:
             scores = torch.tanh(scores / softcap) * softcap

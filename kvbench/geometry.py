@@ -6,6 +6,15 @@ full attention), from the model config's ``sliding_window`` and ``layer_types`` 
 when ``sliding_window`` is set). Empty means every layer attends to the whole sequence. The hf
 executor checks at start that the model's layers use exactly these windows; allocators may read
 them (no torch needed) to free blocks that left every layer's window.
+
+Multi-head latent attention (DeepSeek-V2/V3, MiniCPM3; model config ``kv_lora_rank`` and
+``qk_rope_head_dim``) caches, per token and layer, one compressed latent of ``kv_lora_rank``
+values plus one shared rope key of ``qk_rope_head_dim``, for all heads together: ``latent_size``
+is their sum and ``bytes_per_slot`` counts that (what an MLA server stores; the sim sizes pools
+with it). ``head_size`` / ``v_head_size`` are the per-head K (qk_nope + qk_rope) and V sizes the
+attention call receives once transformers has expanded the latent; ``pool_bytes_per_slot`` counts
+those, which is what the hf pool holds. For every other model both byte counts are the classic
+``2 * layers * kv_heads * head_size * dtype_bytes``.
 """
 from __future__ import annotations
 
@@ -21,6 +30,8 @@ class KVGeometry:
     head_size: int
     dtype: str = "float16"
     windows: tuple[int | None, ...] = ()  # per layer sliding window; () = full attention everywhere
+    v_head_size: int | None = None  # V's head size when it differs from K's (MLA); None = head_size
+    latent_size: int | None = None  # MLA: kv_lora_rank + qk_rope_head_dim cached per layer; None = not MLA
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPE_BYTES:
@@ -44,17 +55,33 @@ class KVGeometry:
         return DTYPE_BYTES[self.dtype]
 
     @property
+    def value_head_size(self) -> int:
+        return self.head_size if self.v_head_size is None else self.v_head_size
+
+    @property
     def bytes_per_slot(self) -> int:
-        """K and V of one token, all layers."""
-        return 2 * self.num_layers * self.num_kv_heads * self.head_size * self.dtype_bytes
+        """The KV cache of one token, all layers: K and V per KV head, or MLA's latent and rope key."""
+        if self.latent_size is not None:
+            return self.num_layers * self.latent_size * self.dtype_bytes
+        return self.pool_bytes_per_slot
+
+    @property
+    def pool_bytes_per_slot(self) -> int:
+        """K and V of one token per KV head, all layers: what the hf executor's pool stores."""
+        return self.num_layers * self.num_kv_heads * (self.head_size + self.value_head_size) * self.dtype_bytes
 
     def slots_for(self, kv_bytes: float) -> int:
         return int(kv_bytes // self.bytes_per_slot)
 
     @classmethod
     def from_model_cfg(cls, model) -> "KVGeometry":
+        v_head_size = _field(model, "v_head_size")
+        rank, rope = _field(model, "kv_lora_rank"), _field(model, "qk_rope_head_dim")
+        if (rank is None) != (rope is None):
+            raise ValueError("model.kv_lora_rank and model.qk_rope_head_dim (MLA) are set together or not at all")
         return cls(int(model.num_layers), int(model.num_kv_heads), int(model.head_size), str(model.dtype),
-                   layer_windows(model))
+                   layer_windows(model), None if v_head_size is None else int(v_head_size),
+                   None if rank is None else int(rank) + int(rope))
 
 
 def _field(model, key: str):

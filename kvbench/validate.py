@@ -117,6 +117,9 @@ RULES: list[Rule] = [
     Rule("workload.start_s", "number", low=0, when=_has("workload.start_s")),
     Rule("workload.time_scale", "number", above=0, when=_has("workload.time_scale")),
     Rule("workload.target_rate", "number", above=0, optional=True, when=_has("workload.target_rate")),
+    # model: MLA and other K/V head sizes of their own (kvbench.geometry)
+    *(Rule(f"model.{key}", "int", low=1, high=1_000_000, optional=True, when=_has(f"model.{key}"))
+      for key in ("v_head_size", "kv_lora_rank", "qk_rope_head_dim", "q_lora_rank")),
     # logger
     Rule("logger.max_step_logs", "int", low=0, when=_wandb),
 ]

@@ -8,7 +8,7 @@ from omegaconf import OmegaConf
 
 from kvbench.batch import StepBatch
 from kvbench.config import CONF_DIR, ConfigError
-from kvbench.executors.hf import HFExecutor
+from kvbench.executors.hf import HFExecutor, virtual_clock
 from kvbench.sim.cost_model import CostParams, step_time, summarize
 from tests.test_hf_executor import composed
 
@@ -55,12 +55,37 @@ def test_clock_errors():
     model_cfg = OmegaConf.load(CONF_DIR / "model" / "tiny-llama.yaml")
     with pytest.raises(ConfigError, match="needs a gpu profile"):
         HFExecutor(model_cfg, OmegaConf.create({"clock": "virtual"}), num_slots=64, block_size=4, device="cpu")
-    gpt2 = model_cfg.copy()
-    gpt2.family, gpt2.num_kv_heads = "gpt2", 4
+    unknown = model_cfg.copy()
+    unknown.family = "bloom"
     with pytest.raises(ConfigError, match="engine.clock=virtual: model.family must be one of"):
-        HFExecutor(gpt2, OmegaConf.create({"clock": "virtual"}), num_slots=64, block_size=4, device="cpu",
-                   gpu_cfg=OmegaConf.load(CONF_DIR / "gpu" / "h100-80gb.yaml"))
+        virtual_clock(unknown, OmegaConf.create({"clock": "virtual"}), OmegaConf.load(CONF_DIR / "gpu" / "h100-80gb.yaml"))
     from kvbench.config import validate
 
     with pytest.raises(ConfigError, match="engine.clock must be one of wall, virtual"):
         validate(composed(["backend=hf", "model=tiny-llama", "engine.clock=sim"]))
+
+
+@pytest.mark.parametrize("family", ["mixtral", "qwen2_moe", "qwen3_moe", "phi", "gpt2", "gpt_neox", "starcoder2"])
+def test_virtual_clock_counts_moe_and_two_matrix_families(family):
+    """MoE: the FLOPs of the experts active per token, the bytes of every expert; two-matrix MLPs as
+    OPT's. A counted family's parameters are the cost model's own."""
+    from kvbench.hf.cost_view import cost_view
+
+    gpu = OmegaConf.load(CONF_DIR / "gpu" / "h100-80gb.yaml")
+    llama = OmegaConf.load(CONF_DIR / "model" / "tiny-llama.yaml")
+    assert virtual_clock(llama, OmegaConf.create({"clock": "virtual"}), gpu) == CostParams.from_configs(llama, gpu)
+    cfg = llama.copy()
+    cfg.family = family
+    cfg.update(num_local_experts=8, num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32,
+               shared_expert_intermediate_size=64)
+    params = virtual_clock(cfg, OmegaConf.create({"clock": "virtual"}), gpu)
+    h, layers, ffn, vocab = 64, 2, 128, 256
+    attention = 2 * h * 64 + 2 * h * 32  # q, o: 4 heads x 16; k, v: 2 heads x 16
+    if family in ("phi", "gpt2", "gpt_neox", "starcoder2"):
+        assert cost_view(cfg)[0].family == "opt"
+        assert params.dense_flops_per_token == 2.0 * layers * (attention + 2 * h * ffn)
+        return
+    active, every = {"mixtral": (2 * ffn, 8 * ffn), "qwen2_moe": (2 * 32 + 64, 8 * 32 + 64),
+                     "qwen3_moe": (2 * 32, 8 * 32)}[family]
+    assert params.dense_flops_per_token == 2.0 * layers * (attention + 3 * h * active)
+    assert params.weight_read_bytes == 4.0 * (layers * (attention + 3 * h * every + h * 8) + vocab * h)

@@ -340,12 +340,37 @@ def test_pool_copy_and_swap_round_trip():
     flat = pool.data.view(2, 2, 32, 2, 3)
     torch.testing.assert_close(flat[:, :, 2:6], before.view(2, 2, 32, 2, 3)[:, :, 0:4])
     pool.swap_out(SwapOp(7, [9, 20, 3]))
-    assert pool.host[7].shape == (2, 2, 3, 2, 3)
-    saved = pool.host[7].clone()
+    assert [t.shape for t in pool.host[7]] == [(2, 2, 3, 2, 3)]
+    saved = pool.host[7][0].clone()
     pool.data.zero_()
     pool.swap_in(SwapOp(7, [30, 31], offset=1))  # position 0 was prefix-cached
     torch.testing.assert_close(flat[:, :, [30, 31]], saved[:, :, 1:3])
     assert 7 not in pool.host
+
+
+def test_pool_with_a_value_head_size_of_its_own_copies_and_swaps():
+    """MLA: K [.., 3] and V [.., 5] in two tensors; copies and swaps move both."""
+    pool = KVPool(num_layers=2, num_slots=32, block_size=4, num_kv_heads=2, head_size=3, v_head_size=5,
+                  dtype=torch.float32, device="cpu")
+    assert pool.data is None and pool.nbytes == 2 * 32 * 2 * (3 + 5) * 4
+    assert pool.key_caches[1].shape == (8, 4, 2, 3) and pool.value_caches[1].shape == (8, 4, 2, 5)
+    for cache in pool.key_caches + pool.value_caches:
+        cache.copy_(torch.randn(cache.shape))
+    keys = torch.stack(pool.key_caches).view(2, 32, 2, 3)
+    values = torch.stack(pool.value_caches).view(2, 32, 2, 5)
+    from allocators.base import CopyOp
+    from kernels import copy_slots_ref
+
+    pool.copy([CopyOp(0, 2, 4)], copy_slots_ref)
+    torch.testing.assert_close(pool.value_caches[0].reshape(32, 2, 5)[2:6], values[0, 0:4])
+    torch.testing.assert_close(pool.key_caches[1].reshape(32, 2, 3)[2:6], keys[1, 0:4])
+    moved_k = torch.stack(pool.key_caches).view(2, 32, 2, 3)[:, [9, 20, 3]].clone()
+    moved_v = torch.stack(pool.value_caches).view(2, 32, 2, 5)[:, [9, 20, 3]].clone()
+    pool.swap_out(SwapOp(7, [9, 20, 3]))
+    assert [t.shape for t in pool.host[7]] == [(2, 3, 2, 3), (2, 3, 2, 5)]
+    pool.swap_in(SwapOp(7, [30, 31], offset=1))
+    torch.testing.assert_close(torch.stack(pool.key_caches).view(2, 32, 2, 3)[:, [30, 31]], moved_k[:, 1:3])
+    torch.testing.assert_close(torch.stack(pool.value_caches).view(2, 32, 2, 5)[:, [30, 31]], moved_v[:, 1:3])
 
 
 @pytest.mark.parametrize("name", ["tiny-llama", "tiny-opt", "smollm2-135m", "opt-125m", "qwen2.5-0.5b", "llama-3.2-1b",

@@ -37,6 +37,9 @@ FEATURES = {  # family -> extra model-config keys
                    final_logit_softcapping=3.0, query_pre_attn_scalar=24),
     "gemma3_text": dict(sliding_window=5, layer_types=["sliding_attention", "full_attention"], query_pre_attn_scalar=24),
     "starcoder2": dict(sliding_window=6),
+    # MLA: K 16 + 8 (nope + rope), V 12, a latent of 16, Q through a rank of 24
+    "deepseek_v3": dict(num_kv_heads=4, head_size=24, v_head_size=12, kv_lora_rank=16, qk_rope_head_dim=8,
+                        q_lora_rank=24),
 }
 ALLOCATORS = [("paged", {"block_size": 4}), ("paged_prefix", {"block_size": 4}),
               ("contiguous", {"reserve": "double", "double_chunk": 4, "block_size": 4,

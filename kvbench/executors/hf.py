@@ -6,9 +6,11 @@ attention registry to ``kvbench.hf.attention``: the new K/V are stored at the al
 mapping and read back through block tables by the kernels (``engine.attention``: ``triton``, or
 ``torch``: by default the step-vectorised torch path of ``kvbench.hf.torch_attention``, or the
 kernels' torch reference with ``backend.torch_attention=reference``; ``auto``: triton on CUDA,
-torch on the CPU). Every layer must call the hook (checked each step). Logits are computed only
-for the rows the step samples. Before the forward, swap-outs, the allocator's copy ops and
-swap-ins run on the pool, in that order.
+torch on the CPU). Every layer must call the hook (checked each step). The forward is the whole
+model's (its prediction head, final norms, logit scaling and soft-capping included), with
+``logits_to_keep`` naming the rows the step samples, so logits are computed only for those (a
+model whose forward lacks ``logits_to_keep`` computes all rows and keeps those). Before the
+forward, swap-outs, the allocator's copy ops and swap-ins run on the pool, in that order.
 
 Timings of a step (``StepResult.timings``; wall time, synchronised on CUDA): ``attention_s`` (inside
 the attention hook: store + paged attention, summed over layers), ``forward_s`` (the rest of the
@@ -19,11 +21,16 @@ the gpu profile, so a run's schedule does not depend on the machine's load.
 
 At construction one probe forward reads every layer's attention features (``kvbench.hf.features``):
 a model whose attention the hook cannot reproduce exactly is refused there, before any step, and
-the layers' sliding windows must equal the config's (``KVGeometry.windows``). Gemma's final logit
-soft-capping is applied to the sampled rows' logits as the model's own head does.
+the layers' sliding windows, KV heads and K/V head sizes must equal the config's geometry.
+
+MLA models (``model.kv_lora_rank``) reach the hook with K and V expanded per head, so the pool
+stores those (``KVGeometry.pool_bytes_per_slot``), not the compressed latent that
+``KVGeometry.bytes_per_slot`` counts and the sim sizes pools by: the pool's tensors are larger
+than ``kv_bytes`` by that ratio (a derived ``kv_cache_bytes`` is scaled down to fit the device).
 """
 from __future__ import annotations
 
+import inspect
 import logging
 import time
 
@@ -35,12 +42,13 @@ from kvbench.batch import StepBatch, StepResult
 from kvbench.config import ConfigError
 from kvbench.geometry import KVGeometry
 from kvbench.hf.attention import LayerTimer, StepAttention, register, step_attention
-from kvbench.hf.features import check_windows, probe_layers
+from kvbench.hf.features import check_shapes, check_windows, probe_layers
 from kvbench.hf.model import DTYPES, build_model
 from kvbench.hf.pool import KVPool
 from kvbench.hf.sampling import Sampler, SamplingParams
 from kvbench.hf.torch_attention import TorchAttentionPlan
-from kvbench.sim.cost_model import TIMING_KEYS, CostParams, step_time, summarize
+from kvbench.hf.cost_view import cost_params
+from kvbench.sim.cost_model import TIMING_KEYS, step_time, summarize
 
 log = logging.getLogger(__name__)
 
@@ -76,13 +84,18 @@ def default_kv_cache_bytes(cfg, device: str) -> int:
         if available <= 0:
             raise ConfigError(f"model {cfg.model.name}: its weights ({weights / 2**30:.1f} GiB) leave no free GPU "
                               f"memory for a KV pool ({free / 2**30:.1f} GiB free); set engine.kv_cache_bytes")
-        return int(min(available * float(cfg.engine.kv_cache_fraction), most_useful))
-    return int(min(CPU_DEFAULT_KV_BYTES, most_useful))
+        budget = min(available * float(cfg.engine.kv_cache_fraction), most_useful)
+    else:
+        budget = min(CPU_DEFAULT_KV_BYTES, most_useful)
+    if geometry.pool_bytes_per_slot != geometry.bytes_per_slot:  # MLA: the pool holds more than the latent
+        return int(budget * geometry.bytes_per_slot // geometry.pool_bytes_per_slot)
+    return int(budget)
 
 
 def virtual_clock(model_cfg, engine_cfg, gpu_cfg, system_cfg=None):
     """The cost-model parameters of ``engine.clock=virtual`` (None for ``wall``): the sim backend's,
-    for the same gpu profile and system."""
+    for the same gpu profile and system (MoE and two-matrix-MLP families through
+    ``kvbench.hf.cost_view``)."""
     clock = str(engine_cfg.get("clock", "wall") or "wall") if engine_cfg is not None else "wall"
     if clock == "wall":
         return None
@@ -91,7 +104,7 @@ def virtual_clock(model_cfg, engine_cfg, gpu_cfg, system_cfg=None):
     if gpu_cfg is None:
         raise ConfigError("engine.clock=virtual needs a gpu profile (gpu=...) for the step cost model")
     try:
-        return CostParams.from_configs(model_cfg, gpu_cfg, system_cfg)
+        return cost_params(model_cfg, gpu_cfg, system_cfg)
     except ValueError as exc:
         raise ConfigError(f"engine.clock=virtual: {exc}") from None
 
@@ -134,14 +147,20 @@ class HFExecutor:
         self.model = model if model is not None else build_model(model_cfg, device=self.device, seed=int(seed))
         self.model.set_attn_implementation(register())
         # every layer's attention features, refused here (before any step) when the hook cannot honour them
-        self.layers = probe_layers(self.model, geometry.num_layers)
+        budget = engine_cfg.get("max_num_batched_tokens") if engine_cfg is not None else None
+        probe = probe_layers(self.model, geometry.num_layers, int(model_cfg.max_model_len),
+                             None if budget is None else int(budget))
+        self.layers = [probe.layers[layer] for layer in range(geometry.num_layers)]
         check_windows(self.layers, geometry.windows, str(model_cfg.name))
-        self.base = self.model.base_model
-        self.lm_head = self.model.get_output_embeddings()
-        self.final_softcap = getattr(self.model.config, "final_logit_softcapping", None)  # Gemma-2/3
+        check_shapes(probe, geometry.num_kv_heads, geometry.head_size, geometry.value_head_size, str(model_cfg.name))
+        self.keeps_logits = "logits_to_keep" in inspect.signature(self.model.forward).parameters
+        if geometry.latent_size is not None:
+            log.warning("model %s (MLA): the hf pool stores K/V expanded per head, %d bytes per slot, %.1fx the "
+                        "%d bytes of the latent the metrics count", model_cfg.name, geometry.pool_bytes_per_slot,
+                        geometry.pool_bytes_per_slot / geometry.bytes_per_slot, geometry.bytes_per_slot)
         self.pool = KVPool(num_layers=geometry.num_layers, num_slots=self.num_slots, block_size=self.block_size,
                            num_kv_heads=geometry.num_kv_heads, head_size=geometry.head_size,
-                           dtype=DTYPES[geometry.dtype], device=self.device)
+                           v_head_size=geometry.value_head_size, dtype=DTYPES[geometry.dtype], device=self.device)
         self.sampler = Sampler(SamplingParams.from_cfg(backend_cfg), seed=int(seed))
         self.timer = LayerTimer(self.cuda)
 
@@ -184,14 +203,11 @@ class HFExecutor:
                 t = self._now()
                 self.timer.reset()
                 with step_attention(step):
-                    hidden = self.base(input_ids=input_ids, position_ids=positions, use_cache=False).last_hidden_state
+                    logits = self._logits(input_ids, positions, sample_rows)
                 if step.calls != self.num_layers:
                     raise RuntimeError(f"{type(self.model).__name__}: {step.calls} of {self.num_layers} layers called "
                                        "the paged attention hook; this model does not route attention through "
                                        "transformers' AttentionInterface")
-                logits = self.lm_head(hidden[0, sample_rows]) if sampled else None
-                if logits is not None and self.final_softcap:
-                    logits = torch.tanh(logits / self.final_softcap) * self.final_softcap
                 t_forward = self._now()
                 attention_s = self.timer.total_s()
                 timings["attention_s"] = attention_s
@@ -206,6 +222,13 @@ class HFExecutor:
             timings = {key: modelled[key] for key in TIMING_KEYS}
         return StepResult(next_tokens=next_tokens, duration_s=duration, top_logprobs=top, extra_tokens=extra,
                           timings=timings)
+
+    def _logits(self, input_ids: torch.Tensor, positions: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        """The model's own logits [len(rows), vocab] of the packed step's ``rows``."""
+        if self.keeps_logits:
+            return self.model(input_ids=input_ids, position_ids=positions, use_cache=False,
+                              logits_to_keep=rows).logits[0]
+        return self.model(input_ids=input_ids, position_ids=positions, use_cache=False).logits[0, rows]
 
     def _now(self) -> float:
         if self.cuda:

@@ -9,7 +9,8 @@ import math
 import random
 
 from kvbench.batch import StepBatch, StepResult
-from kvbench.sim.cost_model import TIMING_KEYS, CostParams, step_time, summarize
+from kvbench.hf.cost_view import cost_params
+from kvbench.sim.cost_model import TIMING_KEYS, step_time, summarize
 
 
 class SimExecutor:
@@ -18,7 +19,7 @@ class SimExecutor:
     needs_block_tables = False  # the cost model reads block_size and context lengths only
 
     def __init__(self, model_cfg, gpu_cfg, seed: int = 0, system_cfg=None):
-        self.params = CostParams.from_configs(model_cfg, gpu_cfg, system_cfg)
+        self.params = cost_params(model_cfg, gpu_cfg, system_cfg)  # MoE, MLA: kvbench.hf.cost_view
         self.vocab_size = int(model_cfg.vocab_size)
         self._rng = random.Random(seed)
 

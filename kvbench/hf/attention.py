@@ -2,7 +2,8 @@
 
 Every decoder layer of a model whose ``config._attn_implementation`` is ``ATTN_NAME`` calls
 ``paged_attention_forward`` with its query/key/value of the packed step ([1, heads, T, head_size],
-positions already applied: RoPE rotated, OPT's learned positions added before the layer). The hook
+V's head size may differ from K's (MLA); positions already applied: RoPE rotated, OPT's learned
+positions added before the layer). The hook
 stores the new tokens' K and V at the step's slot mapping (``store_kv``) and attends through the
 block tables (``paged_attention``), or, for ``engine.attention=torch`` with the default
 ``backend.torch_attention=batched``, does the same with the step-vectorised torch path of
@@ -99,24 +100,24 @@ def step_attention(step: StepAttention):
 
 
 def paged_attention_forward(module, query, key, value, attention_mask=None, scaling=None, dropout=0.0, **kwargs):
-    """transformers attention function: query [1, Hq, T, D], key/value [1, Hkv, T, D] of the packed
-    step -> ([1, T, Hq, D], None)."""
+    """transformers attention function: query [1, Hq, T, D], key [1, Hkv, T, D], value [1, Hkv, T, Dv] of
+    the packed step -> ([1, T, Hq, Dv], None)."""
     step = _active
     if step is None:
         raise RuntimeError(f"attention {ATTN_NAME!r} ran outside an executor step (no block tables installed)")
     if query.shape[0] != 1:
         raise ValueError(f"{ATTN_NAME} attention takes one packed batch row, got batch {query.shape[0]}")
     layer = module.layer_idx
-    features = read_layer(module, query, scaling, dropout, kwargs)
+    features = read_layer(module, query, scaling, dropout, kwargs, attention_mask)
     if isinstance(step, AttentionProbe):
-        step.layers[layer] = features
-        return torch.zeros_like(query).transpose(1, 2), None
+        step.record(layer, features, key, value)
+        return query.new_zeros((1, query.shape[2], query.shape[1], value.shape[-1])), None
     step.timer.start()
     q = query[0].transpose(0, 1)  # [T, Hq, D], stride(-1) == 1
     k = key[0].transpose(0, 1)  # [T, Hkv, D]
     v = value[0].transpose(0, 1)
     key_cache, value_cache = step.key_caches[layer], step.value_caches[layer]
-    out = torch.empty((q.shape[0], q.shape[1], q.shape[2]), dtype=q.dtype, device=q.device)
+    out = torch.empty((q.shape[0], q.shape[1], v.shape[2]), dtype=q.dtype, device=q.device)
     if step.plan is not None:
         torch_attention.store_kv(k, v, key_cache, value_cache, step.slot_mapping)
         torch_attention.attention(step.plan, query[0], key[0], value[0], key_cache, value_cache, features.scale, out,

@@ -3,18 +3,25 @@
 transformers' attention modules pass their features as arguments of the attention function: the
 softmax ``scaling`` (1/sqrt(head_dim), Gemma's ``query_pre_attn_scalar``, OPT's pre-scaled 1.0),
 ``sliding_window`` (Mistral, Qwen2, Starcoder2, Phi-3, Gemma-2/3 per layer) and ``softcap``
-(Gemma-2's ``attn_logit_softcapping``). The hook honours those three. Anything else that could
-change the result (attention sinks, non-causal attention, dropout, an unknown argument with a
-value) raises ``UnsupportedAttention`` naming it, and so do model-level features the hook never
-sees: ALiBi (Bloom, MPT, Falcon with ``alibi``), bidirectional attention, logit scaling.
+(Gemma-2's ``attn_logit_softcapping``). The hook honours those three. Anything else the call
+receives that could change the result raises ``UnsupportedAttention`` naming it: an attention mask
+or bias of the model's own (Doge's dynamic mask; the hook's name has no mask function, so a plain
+causal model passes none), attention sinks, non-causal attention, dropout, an unknown argument with
+a value. So do model-level features the hook never sees: ALiBi (Bloom, MPT, Falcon with ``alibi``),
+bidirectional attention, RoPE whose frequencies depend on the longest position in the forward
+(``dynamic``, ``longrope``) once a sequence may pass that threshold, Llama-4's chunked attention
+and NoPE temperature tuning where they would act. What follows the last hidden state (a prediction
+head, final norms, logit scaling or soft-capping) is the model's own: the executor runs the whole
+model and keeps only the sampled rows' logits.
 
-``probe_layers`` runs the model once on a single token with a recording hook (no pool, no step),
-so an executor refuses a model at construction, never halfway through a run.
+``probe_layers`` runs the model once on a single token with a recording hook (no pool, no step):
+each layer must call the hook exactly once, with K/V of the geometry's heads and head sizes, so an
+executor refuses a model at construction, never halfway through a run.
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -38,9 +45,12 @@ class LayerAttention:
     softcap: float | None = None
 
 
-def read_layer(module, query: torch.Tensor, scaling, dropout, kwargs: dict) -> LayerAttention:
+def read_layer(module, query: torch.Tensor, scaling, dropout, kwargs: dict, attention_mask=None) -> LayerAttention:
     """The features of one attention call, or UnsupportedAttention naming what cannot be honoured."""
     name = type(module).__name__
+    if attention_mask is not None:
+        raise UnsupportedAttention(f"{name}: the model adds its own attention mask or bias (attention_mask), which "
+                                   "the paged hook cannot apply (it builds causal and window masks itself)")
     if dropout:
         raise UnsupportedAttention(f"{name}: attention dropout {dropout} (the model is in training mode)")
     if scaling is None:
@@ -63,46 +73,156 @@ def read_layer(module, query: torch.Tensor, scaling, dropout, kwargs: dict) -> L
                           None if softcap is None else float(softcap))
 
 
-def check_model_features(config) -> None:
-    """Model-level features outside the attention call that the executor cannot reproduce."""
+def check_model_features(config, max_model_len: int, max_step_tokens: int | None = None) -> None:
+    """Model-level features outside the attention call that the executor cannot reproduce, for
+    sequences of up to ``max_model_len`` tokens in steps of up to ``max_step_tokens`` (None: unbounded)."""
     model_type = getattr(config, "model_type", type(config).__name__)
     if getattr(config, "alibi", False) or getattr(config, "position_embedding_type", None) == "alibi" \
             or model_type in ("bloom", "mpt"):
         raise UnsupportedAttention(f"{model_type}: ALiBi position biases are not implemented by the paged hook")
     if getattr(config, "use_bidirectional_attention", False):
         raise UnsupportedAttention(f"{model_type}: bidirectional attention (use_bidirectional_attention)")
-    for key in ("logit_scale", "logits_scaling"):
-        value = getattr(config, key, None)
-        if value not in (None, 1, 1.0):
-            raise UnsupportedAttention(f"{model_type}: output logit scaling {key}={value} is not applied by the "
-                                       "executor")
+    if getattr(config, "index_topk", None):
+        raise UnsupportedAttention(f"{model_type}: sparse attention over indexer-selected keys (index_topk "
+                                   f"{config.index_topk}) is not implemented by the paged hook")
+    _check_rope(config, model_type, max_model_len)
+    _check_llama4(config, model_type, max_model_len, max_step_tokens)
+
+
+def _rope_parameters(config) -> list[dict]:
+    """The config's RoPE parameter sets: one, or one per layer type."""
+    params = getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None)
+    if not isinstance(params, dict):
+        return []
+    if "rope_type" in params or "type" in params:
+        return [params]
+    return [value for value in params.values() if isinstance(value, dict)]
+
+
+def _check_rope(config, model_type: str, max_model_len: int) -> None:
+    """``dynamic`` and ``longrope`` RoPE pick their frequencies from the largest position of the whole
+    forward: a short sequence packed with a long one would get the long one's. Exact only while no
+    sequence can pass the threshold (then every forward uses the original frequencies)."""
+    for params in _rope_parameters(config):
+        rope_type = str(params.get("rope_type", params.get("type", "default")))
+        if rope_type == "longrope":
+            threshold = params.get("original_max_position_embeddings") \
+                or getattr(config, "original_max_position_embeddings", None)
+        elif "dynamic" in rope_type:
+            threshold = getattr(config, "max_position_embeddings", None)
+        else:
+            continue
+        if threshold is None or max_model_len > int(threshold):
+            raise UnsupportedAttention(
+                f"{model_type}: rope_type {rope_type} changes its frequencies when the longest position in a forward "
+                f"passes {threshold}, for every sequence of the packed batch at once; model.max_model_len "
+                f"{max_model_len} allows that (set it to {threshold} or less to run this model exactly)")
+
+
+def _check_llama4(config, model_type: str, max_model_len: int, max_step_tokens: int | None) -> None:
+    """Llama-4: chunked attention is a mask transformers builds (the hook gets none), and NoPE layers'
+    temperature tuning scales queries by their index in the forward, not their position."""
+    chunk = getattr(config, "attention_chunk_size", None)
+    types = getattr(config, "layer_types", None) or ()
+    if chunk and "chunked_attention" in types and max_model_len > int(chunk):
+        raise UnsupportedAttention(f"{model_type}: chunked attention (attention_chunk_size {chunk}) is not "
+                                   f"implemented by the paged hook; model.max_model_len {max_model_len} exceeds it")
+    floor_scale = getattr(config, "floor_scale", None)
+    nope = getattr(config, "no_rope_layers", None)
+    if getattr(config, "attn_temperature_tuning", False) and floor_scale and nope and 0 in nope:
+        longest = max(max_model_len, max_step_tokens or 0) if max_step_tokens is not None else None
+        if longest is None or longest >= int(floor_scale):
+            raise UnsupportedAttention(
+                f"{model_type}: NoPE attention temperature tuning scales queries by their index in the forward "
+                f"(floor_scale {floor_scale}); packed steps or sequences of {longest or 'unbounded'} tokens would "
+                "change it (the paged hook needs max_model_len and the step's token budget below floor_scale)")
 
 
 @dataclass(slots=True)
 class AttentionProbe:
-    """Installed instead of a StepAttention: the hook records each layer's features and returns zeros."""
+    """Installed instead of a StepAttention: the hook records each layer's features, the heads and head
+    sizes of its K and V, and how often it was called, and returns zeros."""
 
-    layers: dict[int, LayerAttention]
+    layers: dict[int, LayerAttention] = field(default_factory=dict)
+    shapes: dict[int, tuple[int, int, int]] = field(default_factory=dict)  # layer -> (Hkv, D of K, D of V)
+    calls: dict[int, int] = field(default_factory=dict)
+
+    def record(self, layer: int, features: LayerAttention, key: torch.Tensor, value: torch.Tensor) -> None:
+        self.layers[layer] = features
+        self.shapes[layer] = (key.shape[1], key.shape[-1], value.shape[-1])
+        self.calls[layer] = self.calls.get(layer, 0) + 1
 
 
-def probe_layers(model, num_layers: int) -> list[LayerAttention]:
-    """Run ``model`` (already on the paged hook) on one token; every layer's LayerAttention, in order.
+def probe_layers(model, num_layers: int, max_model_len: int, max_step_tokens: int | None = None) -> AttentionProbe:
+    """Run ``model`` (already on the paged hook) on one token; what every layer's attention asked for.
 
     Raises UnsupportedAttention for a feature the hook cannot honour, and ConfigError when some
-    layer does not call the hook (a model that bypasses transformers' attention registry)."""
+    layer does not call the hook (a model that bypasses transformers' attention registry) or calls
+    it more than once per forward."""
     from kvbench.hf.attention import step_attention
 
-    check_model_features(model.config)
-    probe = AttentionProbe({})
+    check_model_features(model.config.get_text_config(), max_model_len, max_step_tokens)
+    probe = AttentionProbe()
     device = next(model.parameters()).device
     ids = torch.zeros((1, 1), dtype=torch.int64, device=device)
-    with torch.inference_mode(), step_attention(probe):
-        model.base_model(input_ids=ids, position_ids=ids, use_cache=False)
+    name = type(model).__name__
+    try:
+        with torch.inference_mode(), step_attention(probe):
+            model(input_ids=ids, position_ids=ids, use_cache=False)
+    except ConfigError:
+        raise
+    except Exception as exc:  # noqa: BLE001: a forward that needs what the packed step does not give it
+        first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
+        raise ConfigError(f"{name}: its forward fails on the paged hook's packed step (no attention mask, no KV "
+                          f"cache object): {type(exc).__name__}: {first}") from None
     missing = [layer for layer in range(num_layers) if layer not in probe.layers]
     if missing:
-        raise ConfigError(f"{type(model).__name__}: layer(s) {missing} do not call the paged attention hook; this "
+        raise ConfigError(f"{name}: layer(s) {missing} do not call the paged attention hook; this "
                           "model does not route attention through transformers' AttentionInterface")
-    return [probe.layers[layer] for layer in range(num_layers)]
+    extra = sorted(layer for layer in probe.layers if layer >= num_layers)
+    if extra:
+        raise ConfigError(f"{name}: attention layer(s) {extra} beyond model.num_layers {num_layers}")
+    _check_token_independence(model, device, name)
+    repeated = {layer: n for layer, n in sorted(probe.calls.items()) if n > 1}
+    if repeated:
+        layer, n = next(iter(repeated.items()))
+        raise UnsupportedAttention(f"{name}: layer {layer} calls the attention function {n} times per forward "
+                                   "(e.g. differential attention); the paged hook stores one K/V per layer and call")
+    return probe
+
+
+def _check_token_independence(model, device: torch.device, name: str) -> None:
+    """With attention answering zeros, a sequence's logits must not depend on another packed before it
+    in the row: else the model mixes tokens outside attention (recurrent or convolution layers, token
+    shifts), and packed sequences would share that state."""
+    from kvbench.hf.attention import step_attention
+
+    vocab = model.config.get_text_config().vocab_size
+    first, second = [1 % vocab, 2 % vocab], [3 % vocab, 4 % vocab]
+    packed = torch.tensor([first + second], device=device)
+    alone = torch.tensor([second], device=device)
+    with torch.inference_mode(), step_attention(AttentionProbe()):
+        mixed = model(input_ids=packed, position_ids=torch.tensor([[0, 1, 0, 1]], device=device),
+                      use_cache=False).logits[0, 2:].float()
+    with torch.inference_mode(), step_attention(AttentionProbe()):
+        single = model(input_ids=alone, position_ids=torch.tensor([[0, 1]], device=device),
+                       use_cache=False).logits[0].float()
+    # float rounding of different row counts stays far below this; another sequence's state does not
+    tolerance = 1e-3 if next(model.parameters()).dtype == torch.float32 else 3e-2
+    if float((mixed - single).abs().max()) > tolerance * max(1.0, float(single.abs().max())):
+        raise UnsupportedAttention(f"{name}: the model mixes tokens outside attention (e.g. recurrent, state-space "
+                                   "or convolution layers): sequences packed into one step would share that state")
+
+
+def check_shapes(probe: AttentionProbe, num_kv_heads: int, head_size: int, v_head_size: int, model_name: str) -> None:
+    """Every layer's K/V must have the pool's heads and head sizes (one for all layers)."""
+    expected = (num_kv_heads, head_size, v_head_size)
+    wrong = [f"layer {layer}: {h} heads x {k}/{v}" for layer, (h, k, v) in sorted(probe.shapes.items())
+             if (h, k, v) != expected]
+    if wrong:
+        raise ConfigError(f"model {model_name}: the layers pass K/V of other heads or head sizes (K/V) to attention "
+                          f"than the pool's {num_kv_heads} heads x {head_size}/{v_head_size} (model.num_kv_heads, "
+                          f"head_size, v_head_size): {'; '.join(wrong[:4])}{'; ...' if len(wrong) > 4 else ''}")
 
 
 def check_windows(layers: list[LayerAttention], windows: tuple[int | None, ...], model_name: str) -> None:

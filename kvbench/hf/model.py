@@ -8,7 +8,9 @@ null). Nothing is fetched from a hub: HF_HUB_OFFLINE=1 and ``local_files_only``.
 Optional model-config fields (defaults in parentheses): ``tie_word_embeddings`` (whichever of
 tied / untied makes the architecture's parameter count equal ``num_params``, which every model
 file states exactly; else false for the Llama family and true for OPT), ``rope_theta`` (10000),
-``rms_norm_eps`` (1e-6), ``init_std`` (the dummy weights' normal std, 0.02).
+``rms_norm_eps`` (1e-6), ``init_std`` (the dummy weights' normal std, 0.02). ``deepseek_v3`` (MLA)
+needs ``kv_lora_rank`` and ``qk_rope_head_dim`` (``head_size`` is K's, nope + rope; ``v_head_size``
+V's; ``q_lora_rank`` optional) and builds a dense MLP in every layer.
 """
 from __future__ import annotations
 
@@ -21,10 +23,10 @@ from kvbench.config import ConfigError
 
 # model.family -> transformers model_type. Every family routes attention through the registry.
 FAMILIES = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "phi", "phi3", "gemma",
-            "gemma2", "gemma3_text", "gpt2", "gpt_neox", "opt", "starcoder2", "olmo", "olmo2")
+            "gemma2", "gemma3_text", "gpt2", "gpt_neox", "opt", "starcoder2", "olmo", "olmo2", "deepseek_v3")
 NO_GQA = ("gpt2", "gpt_neox", "opt")  # one KV head per query head
 HEAD_DIM_FAMILIES = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma", "gemma2",
-                     "gemma3_text", "olmo", "olmo2")  # configs with a head_dim field (else hidden / heads)
+                     "gemma3_text", "olmo", "olmo2", "deepseek_v3")  # head sizes of their own (else hidden / heads)
 SLIDING_FAMILIES = ("mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", "phi3", "gemma2", "gemma3_text",
                     "starcoder2")
 LAYER_TYPE_FAMILIES = ("qwen2", "qwen3", "gemma2", "gemma3_text")  # configs with per-layer layer_types
@@ -78,6 +80,8 @@ def hf_config(model_cfg):
             attention_dropout=0.0, tie_word_embeddings=True, **common, **extra)
         config.tie_word_embeddings = _tied(model_cfg, config, default=True)
         return config
+    if family == "deepseek_v3":
+        return _deepseek_v3(model_cfg, common, extra)
     if family == "gpt2":
         config = AutoConfig.for_model(
             "gpt2", n_embd=hidden, n_layer=int(model_cfg.num_layers), n_head=heads,
@@ -107,6 +111,34 @@ def hf_config(model_cfg):
             kwargs["layer_types"] = ["sliding_attention" if w is not None else "full_attention"
                                      for w in (windows or (None,) * int(model_cfg.num_layers))]
     config = AutoConfig.for_model(family, **kwargs)
+    config.tie_word_embeddings = _tied(model_cfg, config, default=False)
+    return config
+
+
+def _deepseek_v3(model_cfg, common: dict, extra: dict):
+    """DeepSeek-V3's MLA attention with a dense MLP in every layer (no routed experts)."""
+    from transformers import AutoConfig
+
+    name, heads = model_cfg.name, int(model_cfg.num_heads)
+    rank, rope = _get(model_cfg, "kv_lora_rank", None), _get(model_cfg, "qk_rope_head_dim", None)
+    if rank is None or rope is None:
+        raise ConfigError(f"model {name}: deepseek_v3 (MLA) needs model.kv_lora_rank and model.qk_rope_head_dim")
+    if int(model_cfg.num_kv_heads) != heads:
+        raise ConfigError(f"model {name}: MLA expands K/V to every query head (num_kv_heads must equal num_heads)")
+    head_size, rope = int(model_cfg.head_size), int(rope)
+    if head_size <= rope:
+        raise ConfigError(f"model {name}: head_size ({head_size}) must exceed qk_rope_head_dim ({rope}): K is nope + rope")
+    extra = {key: value for key, value in extra.items() if key not in ("num_experts_per_tok", "moe_intermediate_size")}
+    config = AutoConfig.for_model(
+        "deepseek_v3", hidden_size=int(model_cfg.hidden_size), num_hidden_layers=int(model_cfg.num_layers),
+        num_attention_heads=heads, num_key_value_heads=heads, intermediate_size=int(model_cfg.intermediate_size),
+        max_position_embeddings=int(model_cfg.max_model_len), kv_lora_rank=int(rank),
+        q_lora_rank=_get(model_cfg, "q_lora_rank", None), qk_rope_head_dim=rope, qk_nope_head_dim=head_size - rope,
+        v_head_dim=int(_get(model_cfg, "v_head_size", head_size)), head_dim=rope,
+        first_k_dense_replace=int(model_cfg.num_layers), n_group=1, topk_group=1,
+        rms_norm_eps=float(_get(model_cfg, "rms_norm_eps", 1e-6)),
+        rope_parameters={"rope_type": "default", "rope_theta": float(_get(model_cfg, "rope_theta", 10000.0))},
+        tie_word_embeddings=False, **common, **extra)
     config.tie_word_embeddings = _tied(model_cfg, config, default=False)
     return config
 
@@ -180,17 +212,16 @@ def model_path(model_cfg) -> Path:
 
 
 def _pretrained(model_cfg, device: str, dtype: torch.dtype, attn_implementation: str):
-    from transformers import AutoModelForCausalLM
-
     path = model_path(model_cfg)
-    kwargs = dict(dtype=dtype, local_files_only=True, trust_remote_code=False, attn_implementation=attn_implementation)
+    if path.is_file() and path.suffix != ".gguf":
+        raise ConfigError(f"model.path: a file must be a .gguf, got {path}")
     try:
-        if path.is_file():
-            if path.suffix != ".gguf":
-                raise ConfigError(f"model.path: a file must be a .gguf, got {path}")
-            model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, **kwargs)
-        else:
-            model = AutoModelForCausalLM.from_pretrained(str(path), **kwargs)
+        try:
+            model = _from_pretrained(path, dtype, attn_implementation)
+        except ValueError as exc:  # an architecture without SDPA (Bloom, MPT, GPT-Neo, ...): its eager attention
+            if attn_implementation != "sdpa" or "does not support" not in str(exc):
+                raise
+            model = _from_pretrained(path, dtype, "eager")
     except (OSError, ValueError) as exc:
         if isinstance(exc, ConfigError):
             raise
@@ -199,15 +230,67 @@ def _pretrained(model_cfg, device: str, dtype: torch.dtype, attn_implementation:
     return model.to(device)
 
 
+def _from_pretrained(path: Path, dtype: torch.dtype, attn_implementation: str):
+    from transformers import AutoModelForCausalLM
+
+    kwargs = dict(dtype=dtype, local_files_only=True, trust_remote_code=False, attn_implementation=attn_implementation)
+    if path.is_file():
+        return AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, **kwargs)
+    return AutoModelForCausalLM.from_pretrained(str(path), **kwargs)
+
+
+def geometry_fields(config) -> dict:
+    """The kvbench model-config geometry of a transformers config (its text config): layers, heads,
+    KV heads, K's head size (``v_head_size`` when V's differs; MLA's ``kv_lora_rank`` and
+    ``qk_rope_head_dim``), hidden and vocabulary sizes, and the sliding windows as ``sliding_window``
+    / ``layer_types``. ConfigError for a geometry the pool cannot hold (head sizes per layer)."""
+    config = config.get_text_config()
+    model_type = getattr(config, "model_type", type(config).__name__)
+    try:
+        return _geometry_fields(config, model_type)
+    except RuntimeError as exc:  # transformers' AmbiguousGlobalPerLayerAttributeError: it varies by layer
+        if "per-layer attribute" not in str(exc):
+            raise
+        attribute = str(exc).split("'")[1] if str(exc).count("'") >= 2 else "an attribute"
+        raise ConfigError(f"{model_type}: {attribute} varies across layers (per_layer_config); the KV pool holds one "
+                          "K/V geometry for every layer") from None
+
+
+def _geometry_fields(config, model_type: str) -> dict:
+    if getattr(config, "num_attention_heads", None) is None:
+        raise ConfigError(f"{model_type}: no attention heads in the config (not an attention decoder the paged KV "
+                          "pool can serve)")
+    heads = config.num_attention_heads
+    kv_heads = 1 if getattr(config, "multi_query", False) else getattr(config, "num_key_value_heads", None) or heads
+    head_size = getattr(config, "qk_head_dim", None) or getattr(config, "head_dim", None) \
+        or config.hidden_size // heads
+    fields = {"num_layers": config.num_hidden_layers, "num_heads": heads, "num_kv_heads": kv_heads,
+              "head_size": head_size, "hidden_size": config.hidden_size, "vocab_size": config.vocab_size,
+              "sliding_window": None, "layer_types": None}
+    v_head_size = getattr(config, "v_head_dim", None)
+    if v_head_size is not None and int(v_head_size) != int(head_size):
+        fields["v_head_size"] = int(v_head_size)
+    if getattr(config, "kv_lora_rank", None) is not None and getattr(config, "qk_rope_head_dim", None) is not None:
+        fields["kv_lora_rank"], fields["qk_rope_head_dim"] = int(config.kv_lora_rank), int(config.qk_rope_head_dim)
+    window = getattr(config, "sliding_window", None)
+    if window is not None and getattr(config, "use_sliding_window", True) is not False:
+        fields["sliding_window"] = int(window)
+        types = getattr(config, "layer_types", None)
+        if types is not None:
+            fields["layer_types"] = ["sliding_attention" if t == "sliding_attention" else "full_attention"
+                                     for t in types]
+    return fields
+
+
 def check_geometry(config, model_cfg) -> None:
     """The loaded architecture must match the config: the pool and the metrics derive from it."""
-    heads = config.num_attention_heads
-    kv_heads = getattr(config, "num_key_value_heads", None) or heads
-    head_size = getattr(config, "head_dim", None) or config.hidden_size // heads
-    got = {"num_layers": config.num_hidden_layers, "num_heads": heads, "num_kv_heads": kv_heads,
-           "head_size": head_size, "hidden_size": config.hidden_size, "vocab_size": config.vocab_size}
-    wrong = [f"{key} {value} (config says {model_cfg[key]})" for key, value in got.items()
-             if int(model_cfg[key]) != int(value)]
+    got = geometry_fields(config)
+    keys = ["num_layers", "num_heads", "num_kv_heads", "head_size", "hidden_size", "vocab_size"]
+    keys += [key for key in ("v_head_size", "kv_lora_rank", "qk_rope_head_dim")
+             if key in got or _get(model_cfg, key, None) is not None]
+    wrong = [f"{key} {got.get(key)} (config says {_get(model_cfg, key, None)})" for key in keys
+             if got.get(key) is None or _get(model_cfg, key, None) is None
+             or int(_get(model_cfg, key, 0)) != int(got[key])]
     if wrong:
         raise ConfigError(f"model {model_cfg.name}: the loaded model has {', '.join(wrong)}")
 

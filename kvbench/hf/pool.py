@@ -2,9 +2,12 @@
 
 Layout: ``data`` is [num_layers, 2, num_blocks, block_size, num_kv_heads, head_size]; layer l's key
 cache is ``data[l, 0]`` and its value cache ``data[l, 1]``, each the kernels' per-layer layout
-[num_blocks, block_size, num_kv_heads, head_size] (slot = block * block_size + offset). The host
-pool maps a swapped sequence's key to one CPU tensor [num_layers, 2, tokens, num_kv_heads,
-head_size] holding its K/V in token order from position 0.
+[num_blocks, block_size, num_kv_heads, head_size] (slot = block * block_size + offset). When V's
+head size differs from K's (MLA, ``v_head_size``), K and V live in two tensors instead,
+[num_layers, num_blocks, block_size, num_kv_heads, head_size or v_head_size], and ``data`` is None:
+the pool holds MLA's K and V expanded per head, as the attention call receives them (not the
+compressed latent, which transformers expands before attention). The host pool maps a swapped
+sequence's key to its K/V in token order from position 0, one CPU tensor per pool tensor.
 """
 from __future__ import annotations
 
@@ -18,23 +21,31 @@ from kvbench.batch import SwapOp
 
 class KVPool:
     def __init__(self, *, num_layers: int, num_slots: int, block_size: int, num_kv_heads: int, head_size: int,
-                 dtype: torch.dtype, device: str | torch.device) -> None:
+                 dtype: torch.dtype, device: str | torch.device, v_head_size: int | None = None) -> None:
         if num_slots % block_size:
             raise ValueError(f"num_slots ({num_slots}) must be a multiple of block_size ({block_size})")
         self.num_layers = num_layers
         self.num_slots = num_slots
         self.block_size = block_size
         self.device = torch.device(device)
-        self.data = torch.zeros((num_layers, 2, num_slots // block_size, block_size, num_kv_heads, head_size),
-                                dtype=dtype, device=self.device)
-        self.key_caches = [self.data[layer, 0] for layer in range(num_layers)]
-        self.value_caches = [self.data[layer, 1] for layer in range(num_layers)]
-        self._slots = self.data.view(num_layers, 2, num_slots, num_kv_heads, head_size)  # slot-major view
-        self.host: dict[int, torch.Tensor] = {}
+        blocks = (num_slots // block_size, block_size, num_kv_heads)
+        self.data: torch.Tensor | None = None
+        if v_head_size in (None, head_size):
+            self.data = torch.zeros((num_layers, 2, *blocks, head_size), dtype=dtype, device=self.device)
+            self.key_caches = [self.data[layer, 0] for layer in range(num_layers)]
+            self.value_caches = [self.data[layer, 1] for layer in range(num_layers)]
+            # (tensor viewed slot-major, its slot dimension): what a swap moves
+            self._parts = [(self.data.view(num_layers, 2, num_slots, num_kv_heads, head_size), 2)]
+        else:
+            keys = torch.zeros((num_layers, *blocks, head_size), dtype=dtype, device=self.device)
+            values = torch.zeros((num_layers, *blocks, v_head_size), dtype=dtype, device=self.device)
+            self.key_caches, self.value_caches = list(keys), list(values)
+            self._parts = [(t.view(num_layers, num_slots, num_kv_heads, t.shape[-1]), 1) for t in (keys, values)]
+        self.host: dict[int, list[torch.Tensor]] = {}
 
     @property
     def nbytes(self) -> int:
-        return self.data.numel() * self.data.element_size()
+        return sum(t.numel() * t.element_size() for t, _ in self._parts)
 
     def copy(self, ops: Iterable, copy_slots: Callable) -> int:
         """Apply the allocator's CopyOps in order with the kernel ``copy_slots``; returns slots copied."""
@@ -50,14 +61,17 @@ class KVPool:
         if op.offset:
             raise ValueError(f"swap-out of seq {op.key} must start at position 0, got offset {op.offset}")
         slots = torch.as_tensor(op.slots, dtype=torch.int64, device=self.device)
-        self.host[op.key] = self._slots[:, :, slots].to("cpu")
+        self.host[op.key] = [t.index_select(dim, slots).to("cpu") for t, dim in self._parts]
 
     def swap_in(self, op: SwapOp) -> None:
         """Host pool -> device slots; ``op.slots[0]`` holds position ``op.offset`` (earlier positions were
         prefix-cached). The host copy is released."""
         held = self.host.pop(op.key)
         stop = op.offset + len(op.slots)
-        if stop > held.shape[2]:
-            raise ValueError(f"swap-in of seq {op.key} asks positions [{op.offset}, {stop}) of {held.shape[2]} held")
+        tokens = held[0].shape[self._parts[0][1]]
+        if stop > tokens:
+            raise ValueError(f"swap-in of seq {op.key} asks positions [{op.offset}, {stop}) of {tokens} held")
         slots = torch.as_tensor(op.slots, dtype=torch.int64, device=self.device)
-        self._slots[:, :, slots] = held[:, :, op.offset:stop].to(self.device, non_blocking=True)
+        for (tensor, dim), saved in zip(self._parts, held):
+            tensor.index_copy_(dim, slots, saved.narrow(dim, op.offset, len(op.slots)).to(self.device,
+                                                                                         non_blocking=True))

@@ -149,10 +149,10 @@ class TorchAttentionPlan:
 
 def store_kv(key: torch.Tensor, value: torch.Tensor, key_cache: torch.Tensor, value_cache: torch.Tensor,
              slots: torch.Tensor) -> None:
-    """key/value [T, Hkv, D] into the pool at ``slots`` [T] (all valid)."""
+    """key [T, Hkv, D], value [T, Hkv, Dv] into the pool at ``slots`` [T] (all valid)."""
     num_blocks, block_size, heads, dim = key_cache.shape
     key_cache.view(num_blocks * block_size, heads, dim).index_copy_(0, slots, key)
-    value_cache.view(num_blocks * block_size, heads, dim).index_copy_(0, slots, value)
+    value_cache.view(num_blocks * block_size, heads, value_cache.shape[-1]).index_copy_(0, slots, value)
 
 
 def _head_major_index(slots: np.ndarray, num_kv_heads: int, device: torch.device) -> torch.Tensor:
@@ -170,9 +170,10 @@ def _gather(cache: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
 def attention(plan: TorchAttentionPlan, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
               key_cache: torch.Tensor, value_cache: torch.Tensor, scale: float, out: torch.Tensor, *,
               window: int | None = None, softcap: float | None = None) -> torch.Tensor:
-    """query [Hq, T, D], key/value [Hkv, T, D] (this step's tokens, already stored in the pool) ->
-    out [T, Hq, D]. window / softcap as ``kernels.paged_attention_ref``."""
+    """query [Hq, T, D], key [Hkv, T, D], value [Hkv, T, Dv] (this step's tokens, already stored in the
+    pool) -> out [T, Hq, Dv]. window / softcap as ``kernels.paged_attention_ref``."""
     num_blocks, block_size, kv_heads, dim = key_cache.shape
+    v_dim = value_cache.shape[-1]
     num_heads, num_tokens = query.shape[0], query.shape[1]
     group = num_heads // kv_heads
     upcast = query.dtype != torch.float32
@@ -182,7 +183,7 @@ def attention(plan: TorchAttentionPlan, query: torch.Tensor, key: torch.Tensor, 
         q_scaled = torch.empty((kv_heads, n, group, dim), dtype=torch.float32, device=q.device)
         torch.mul(q.view(kv_heads, group, n, dim).transpose(1, 2), scale, out=q_scaled)  # [Hkv, n, G, D]
         k = _gather(key_cache, bucket.index).view(kv_heads * n, width, dim)  # [Hkv * n, W, D]
-        v = _gather(value_cache, bucket.index).view(kv_heads * n, width, dim)
+        v = _gather(value_cache, bucket.index).view(kv_heads * n, width, v_dim)
         if upcast:
             k, v = k.float(), v.float()
         bias = bucket.bias_for(window)
@@ -192,11 +193,11 @@ def attention(plan: TorchAttentionPlan, query: torch.Tensor, key: torch.Tensor, 
             scores = torch.bmm(q_scaled.view(kv_heads * n, group, dim), k.transpose(1, 2))
             scores = torch.tanh(scores.div_(softcap)).mul_(softcap).add_(bias)
         probs = torch.softmax(scores, dim=-1)  # [Hkv * n, G, W]
-        o = torch.bmm(probs, v).view(kv_heads, n, group, dim).transpose(0, 1)  # [n, Hkv, G, D]
+        o = torch.bmm(probs, v).view(kv_heads, n, group, v_dim).transpose(0, 1)  # [n, Hkv, G, Dv]
         if plan.all_decode:
-            out.view(n, kv_heads, group, dim).copy_(o)
+            out.view(n, kv_heads, group, v_dim).copy_(o)
         else:
-            out.view(num_tokens, kv_heads, group, dim).index_copy_(0, bucket.rows, o.to(out.dtype))
+            out.view(num_tokens, kv_heads, group, v_dim).index_copy_(0, bucket.rows, o.to(out.dtype))
     for p in plan.prefills:
         q = query[:, p.start:p.stop].unsqueeze(0)  # [1, Hq, q, D]
         if p.slots is None:
@@ -204,7 +205,7 @@ def attention(plan: TorchAttentionPlan, query: torch.Tensor, key: torch.Tensor, 
             v = value[:, p.start:p.stop].unsqueeze(0)
         else:
             k = _gather(key_cache, p.slots).view(1, kv_heads, -1, dim)  # [1, Hkv, context, D]
-            v = _gather(value_cache, p.slots).view(1, kv_heads, -1, dim)
+            v = _gather(value_cache, p.slots).view(1, kv_heads, -1, v_dim)
         if upcast:
             q, k, v = q.float(), k.float(), v.float()
         if softcap is not None:
