@@ -14,10 +14,8 @@ and ``kvbench-results --clean`` removes.
 """
 from __future__ import annotations
 
-import fcntl
 import logging
 import os
-import shutil
 import signal
 import sys
 import time
@@ -33,6 +31,7 @@ from kvbench.config import CONF_DIR, ConfigError, validate
 from kvbench.engine import Engine, SchedulerConfig
 from kvbench.engine.policies import scheduler_class
 from kvbench.geometry import KVGeometry
+from kvbench.rundir import discard, hold_run_lock
 
 KVBENCH_ERRORS: tuple[type[Exception], ...] = (ConfigError, AllocatorError)
 
@@ -498,6 +497,7 @@ def precheck(argv: list[str]) -> str | None:
             for job in jobs:
                 cfg = compose(config_name="config", overrides=[o for o in job if not o.startswith("hydra")])
                 check_job(cfg)
+            _plan_output_dirs(jobs, multirun)
     except _errors() as exc:
         return str(exc).splitlines()[0] if str(exc).strip() else type(exc).__name__
     except (HydraException, ValueError) as exc:
@@ -513,6 +513,29 @@ def precheck(argv: list[str]) -> str | None:
     return None
 
 
+_OUTPUT_KEYS = ("hydra.run.dir", "hydra.sweep.dir", "hydra.sweep.subdir")
+
+
+def _plan_output_dirs(jobs: list[list[str]], multirun: bool) -> None:
+    """Check every job's run (or sweep) dir before Hydra writes anything; note the folder that
+    cleanup must never remove (``KVBENCH_KEEP_DIR``, the deepest one that exists now)."""
+    from hydra import compose
+
+    from kvbench.rundir import KEEP_ENV, check_output_dirs, keep_dir_for
+
+    seen: dict[tuple[str, ...], Path] = {}
+    for job in jobs:
+        path_keys = tuple(o for o in job if o.lstrip("+~").split("=", 1)[0] in
+                          (*_OUTPUT_KEYS, "results_dir", "experiment_name", "experiment"))
+        if path_keys not in seen:
+            cfg = compose(config_name="config", overrides=[o for o in job if not o.startswith("hydra")
+                                                           or o.split("=", 1)[0] in _OUTPUT_KEYS],
+                          return_hydra_config=True)
+            seen[path_keys] = check_output_dirs(cfg, multirun)
+    planned = next(iter(seen.values()))
+    os.environ[KEEP_ENV] = str(keep_dir_for(planned))
+
+
 def _run_dir_and_id(hc) -> tuple[Path, str]:
     """The job's directory (Hydra made it) and its run_id, the directory's name when it is one."""
     run_dir = Path(hc.runtime.output_dir)
@@ -526,30 +549,6 @@ def _looks_like_run_id(name: str) -> bool:
     return len(parts) == 3 and parts[0].isdigit() and parts[1].isdigit() and len(parts[2]) == 8
 
 
-def _discard(run_dir: Path) -> bool:
-    """Remove an unfinished run's directory and the empty folders made for it; whether it was removed."""
-    if (run_dir / "summary.json").exists():
-        return False
-    shutil.rmtree(run_dir, ignore_errors=True)
-    keep = Path(os.environ.get("KVBENCH_KEEP_DIR", "/")).resolve()
-    parent = run_dir.resolve().parent
-    while parent != keep and keep in parent.parents:
-        try:
-            parent.rmdir()
-        except OSError:
-            break
-        parent = parent.parent
-    return True
-
-
-def _hold_run_lock(run_dir: Path):
-    """An exclusive lock on ``<run_dir>/.running`` for the life of the process: a directory without
-    summary.json whose lock is free belongs to a dead run (``kvbench-results --clean``)."""
-    handle = open(run_dir / ".running", "w")
-    fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
-    return handle
-
-
 def _hydra_main(cfg: DictConfig) -> float | None:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
@@ -561,7 +560,7 @@ def _hydra_main(cfg: DictConfig) -> float | None:
     lock = None
     try:
         run_dir, run_id = _run_dir_and_id(hc)
-        lock = _hold_run_lock(run_dir)
+        lock = hold_run_lock(run_dir, run_id)
         if cfg.logger.name != "none":
             check_job(cfg)  # the workload and pool before the logger makes anything
             from kvbench.loggers import build_logger
@@ -576,25 +575,24 @@ def _hydra_main(cfg: DictConfig) -> float | None:
         code, what = (143, "terminated") if isinstance(exc, Terminated) else (130, "interrupted")
         _finish_logger(logger, 1)
         logger = None
-        kept = f"the finished run stays in {run_dir}" if not _discard(run_dir) else "its unfinished run dir was removed"
-        print(f"kvbench: {what}; {kept}", file=sys.stderr)
+        print(f"kvbench: {what}; {discard(run_dir)}", file=sys.stderr)
         sys.exit(code)
     except _errors() + (OSError,) as exc:
         _finish_logger(logger, 1)
         logger = None
-        _discard(run_dir)
+        kept = discard(run_dir)
         if multirun and "optuna" in str(hc.sweeper.get("_target_", "")).lower():
             logging.getLogger("kvbench").error("job %s: %s", hc.job.override_dirname, exc)
             return float("nan")  # Optuna records a failed trial and goes on with the study
         if multirun:
             raise  # this job fails; the launcher finishes the others
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        print(f"kvbench: error: {first}; nothing was kept", file=sys.stderr)
+        print(f"kvbench: error: {first}; {kept}", file=sys.stderr)
         sys.exit(2)
     except BaseException:
         _finish_logger(logger, 1)
         logger = None
-        _discard(run_dir)
+        discard(run_dir)
         raise
     finally:
         _finish_logger(logger, 0)
@@ -618,15 +616,6 @@ def _finish_logger(logger, exit_code: int) -> None:
         logger.finish(exit_code=exit_code)
 
 
-def _keep_dir(argv: list[str]) -> str:
-    """The deepest folder on the way to the runs that exists now: cleanup never removes it."""
-    results = next((a.split("=", 1)[1] for a in reversed(argv) if a.startswith("results_dir=")), "results")
-    folder = Path(results or ".").resolve()
-    while not folder.exists() and folder != folder.parent:
-        folder = folder.parent
-    return str(folder)
-
-
 def main() -> None:
     signal.signal(signal.SIGTERM, _raise_terminated)
     try:
@@ -637,7 +626,6 @@ def main() -> None:
     if error:
         print(f"kvbench: error: {error}", file=sys.stderr)
         sys.exit(2)
-    os.environ.setdefault("KVBENCH_KEEP_DIR", _keep_dir(sys.argv[1:]))
     import hydra
 
     hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")(_hydra_main)()
