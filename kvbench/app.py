@@ -14,10 +14,16 @@ and ``kvbench-results --clean`` removes.
 """
 from __future__ import annotations
 
+import sys
+
+if __name__ == "__main__" or sys.argv[0].endswith("/kvbench"):  # the kvbench process: before the imports
+    from kvbench.signals import install_startup_handlers
+
+    install_startup_handlers()
+
 import logging
 import os
 import signal
-import sys
 import time
 import uuid
 from contextlib import contextmanager
@@ -31,7 +37,9 @@ from kvbench.config import CONF_DIR, ConfigError, validate
 from kvbench.engine import Engine, SchedulerConfig
 from kvbench.engine.policies import scheduler_class
 from kvbench.geometry import KVGeometry
-from kvbench.rundir import discard, hold_run_lock
+from kvbench import signals
+from kvbench.rundir import discard, discard_sweep, hold_run_lock
+from kvbench.signals import Terminated
 
 KVBENCH_ERRORS: tuple[type[Exception], ...] = (ConfigError, AllocatorError)
 
@@ -182,32 +190,17 @@ def new_run_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:8]
 
 
-def _id_resolver(_key: str = "") -> str:
-    return new_run_id()
+PINNED_IDS: dict[str, str] = {}  # the ids of the kvbench process's run and sweep dirs (main sets them)
+
+
+def _id_resolver(key: str = "") -> str:
+    return PINNED_IDS.get(key) or new_run_id()
 
 
 # ``${kvbench_id:run}`` in conf/config.yaml: cached per config, so every read of hydra.run.dir
 # gives the same id; Hydra copies the cache into each sweep job's config, hence one sweep dir.
+# ``main`` pins the run and sweep ids so that the pre-check checks the very dirs Hydra creates.
 OmegaConf.register_new_resolver("kvbench_id", _id_resolver, use_cache=True, replace=True)
-
-
-class Terminated(BaseException):
-    """SIGTERM, raised like KeyboardInterrupt so that the run cleans up."""
-
-
-def _raise_terminated(signum, frame) -> None:
-    raise Terminated()
-
-
-@contextmanager
-def _signals_held():
-    """Hold SIGINT and SIGTERM back while a run completes; they arrive right after."""
-    held = {signal.SIGINT, signal.SIGTERM}
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, held)
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 def run(cfg: DictConfig, run_dir: str | Path | None = None, logger=None, run_id: str | None = None) -> dict:
@@ -244,7 +237,7 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None, logger=None, run_id:
     index = Path(cfg.results_dir) / "index.jsonl"
     if out.memmap is not None:
         _save_npz(run_dir / "memmap.npz", out.memmap)
-    with _signals_held():
+    with signals.held():
         write_run(run_dir, summary, out.steps, out.requests, index)
     if logger is not None:
         _log(logger, summary, out, run_dir)
@@ -532,8 +525,11 @@ def _plan_output_dirs(jobs: list[list[str]], multirun: bool) -> None:
                                                            or o.split("=", 1)[0] in _OUTPUT_KEYS],
                           return_hydra_config=True)
             seen[path_keys] = check_output_dirs(cfg, multirun)
-    planned = next(iter(seen.values()))
-    os.environ[KEEP_ENV] = str(keep_dir_for(planned))
+    PLANNED.update(dirs=list(seen.values()), multirun=multirun)
+    os.environ[KEEP_ENV] = str(keep_dir_for(PLANNED["dirs"][0]))
+
+
+PLANNED: dict = {}  # the run dirs (single run) or sweep dirs that the pre-check checked, and the mode
 
 
 def _run_dir_and_id(hc) -> tuple[Path, str]:
@@ -551,11 +547,26 @@ def _looks_like_run_id(name: str) -> bool:
 
 def _hydra_main(cfg: DictConfig) -> float | None:
     from hydra.core.hydra_config import HydraConfig
-    from hydra.types import RunMode
 
     hc = HydraConfig.get()
-    multirun = hc.mode == RunMode.MULTIRUN
+    worker = signals.is_launcher_worker()
+    if worker:  # a joblib process: clean up on SIGTERM, and stop once the kvbench process is gone
+        signals.install_run_handlers()
+        signals.watch_parent()
     run_dir = Path(hc.runtime.output_dir)
+    try:
+        with signals.job_running():
+            return _job(cfg, hc, run_dir, worker)
+    finally:
+        if worker and signals.orphaned():
+            os._exit(signals.EXIT_CODES[signal.SIGTERM])  # nobody waits for this worker any more
+
+
+def _job(cfg: DictConfig, hc, run_dir: Path, worker: bool) -> float | None:
+    """One job of ``_hydra_main``, from the run lock to its table."""
+    from hydra.types import RunMode
+
+    multirun = hc.mode == RunMode.MULTIRUN
     logger = None
     lock = None
     try:
@@ -572,11 +583,12 @@ def _hydra_main(cfg: DictConfig) -> float | None:
                          name=None, group=group, tags=tags, run_dir=run_dir)
         summary = run(cfg, run_dir=run_dir, logger=logger, run_id=run_id)
     except (KeyboardInterrupt, Terminated) as exc:
-        code, what = (143, "terminated") if isinstance(exc, Terminated) else (130, "interrupted")
         _finish_logger(logger, 1)
         logger = None
-        print(f"kvbench: {what}; {discard(run_dir)}", file=sys.stderr)
-        sys.exit(code)
+        kept = discard(run_dir)
+        if not worker:  # a worker's parent prints the one line for the whole multirun
+            print(f"kvbench: {signals.what(exc)}; {kept}", file=sys.stderr)
+        sys.exit(signals.exit_code(exc))
     except _errors() + (OSError,) as exc:
         _finish_logger(logger, 1)
         logger = None
@@ -617,18 +629,35 @@ def _finish_logger(logger, exit_code: int) -> None:
 
 
 def main() -> None:
-    signal.signal(signal.SIGTERM, _raise_terminated)
+    signals.install_run_handlers()
+    os.environ[signals.MAIN_PID_ENV] = str(os.getpid())
+    PINNED_IDS.update(run=new_run_id(), sweep=new_run_id())
     try:
         error = precheck(sys.argv[1:])
     except (KeyboardInterrupt, Terminated) as exc:
         print("kvbench: interrupted before the run started; nothing was written", file=sys.stderr)
-        sys.exit(143 if isinstance(exc, Terminated) else 130)
+        sys.exit(signals.exit_code(exc))
     if error:
         print(f"kvbench: error: {error}", file=sys.stderr)
         sys.exit(2)
     import hydra
 
-    hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")(_hydra_main)()
+    try:
+        hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")(_hydra_main)()
+    except (KeyboardInterrupt, Terminated) as exc:  # outside a job: Hydra's start-up, a multirun parent
+        print(f"kvbench: {signals.what(exc)}; {_stop_and_clean()}", file=sys.stderr)
+        sys.exit(signals.exit_code(exc))
+
+
+def _stop_and_clean() -> str:
+    """After a signal outside a job: stop the launcher's workers, remove what unfinished jobs left."""
+    with signals.held():
+        stopped = signals.stop_children()
+        if not PLANNED:
+            return "nothing was kept"
+        planned = PLANNED["dirs"][0]
+        kept = discard_sweep(planned) if PLANNED["multirun"] else discard(planned)
+    return f"{stopped} worker(s) stopped; {kept}" if stopped else kept
 
 
 if __name__ == "__main__":

@@ -168,6 +168,32 @@ def discard(run_dir: Path) -> str:
     return "nothing was kept"
 
 
+SWEEP_OUTPUTS = ("multirun.yaml",)  # what a launcher writes into the sweep dir itself
+
+
+def discard_sweep(sweep_dir: Path) -> str:
+    """After a multirun stopped (its workers gone): remove every unfinished job dir of the sweep;
+    the sweep dir itself too when no finished run is left in it. What happened, in words."""
+    sweep_dir = Path(sweep_dir)
+    if not sweep_dir.is_dir():
+        return "nothing was kept"
+    finished = removed = 0
+    for job in sorted(p for p in sweep_dir.iterdir() if p.is_dir() and not p.is_symlink()):
+        if (job / SUMMARY_FILE).exists():
+            finished += 1
+        elif job.name != ".submitit":
+            discard(job)
+            removed += not job.exists()
+    if finished:
+        return f"{finished} finished run(s) kept in {sweep_dir}; {removed} unfinished job dir(s) removed"
+    if all(p.name in SWEEP_OUTPUTS for p in sweep_dir.iterdir()):
+        for name in SWEEP_OUTPUTS:
+            (sweep_dir / name).unlink(missing_ok=True)
+        discard(sweep_dir)
+    return "no run had finished; nothing was kept" if not sweep_dir.exists() else \
+        f"no run had finished; files kvbench did not write stay in {sweep_dir}"
+
+
 # ----------------------------------------------------------------------------- the live-run lock
 
 
