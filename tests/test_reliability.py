@@ -24,7 +24,8 @@ from omegaconf import OmegaConf, open_dict
 import reliability_cases as rc
 from kvbench import results as results_mod
 from kvbench.app import _errors, check_job, precheck
-from kvbench.config import CONF_DIR
+from kvbench.config import CONF_DIR, ConfigError
+from kvbench.rundir import check_output_dirs
 from kvbench.results import load_index, reindex
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -45,6 +46,8 @@ def fast_precheck(args: list[str]) -> str | None:
     is the slow part) and value overrides applied as Hydra parses them; the error line or None."""
     groups = tuple(a for a in args if a.split("=", 1)[0] in GROUPS)
     values = [a for a in args if a not in groups]
+    if any(a.split("=", 1)[0] in OUTPUT_KEYS for a in args):
+        return output_dirs_precheck(args)
     if any(a.startswith("-") for a in args):
         return precheck(args)
     try:
@@ -71,6 +74,28 @@ def fast_precheck(args: list[str]) -> str | None:
     return None
 
 
+OUTPUT_KEYS = ("hydra.run.dir", "hydra.sweep.dir", "hydra.sweep.subdir")
+
+
+def output_dirs_precheck(args: list[str]) -> str | None:
+    """The pre-check's run/sweep dir check on a Hydra config composed once (the cases differ only
+    in hydra.run.dir, hydra.sweep.dir and hydra.sweep.subdir); the error line or None."""
+    multirun = "-m" in args
+    if "hydra" not in _COMPOSED:
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+            _COMPOSED["hydra"] = compose(config_name="config", return_hydra_config=True)
+    cfg = _COMPOSED["hydra"].copy()
+    for arg in args:
+        key, _, value = arg.partition("=")
+        if key in OUTPUT_KEYS:
+            OmegaConf.update(cfg, key, value)
+    try:
+        check_output_dirs(cfg, multirun)
+    except ConfigError as exc:
+        return str(exc)
+    return None
+
+
 def files_under(folder: Path) -> set[str]:
     return {str(p) for p in folder.rglob("*")}
 
@@ -85,8 +110,11 @@ def test_precheck_refuses_bad_input_with_one_line_and_writes_nothing(case, tmp_p
     case_id, args, setup = case
     if setup:
         rc.SETUPS[setup](tmp_path)
+    (tmp_path / "cwd").mkdir()
     before = files_under(tmp_path)
-    error = fast_precheck(with_base(rc.expand(args, tmp_path), tmp_path / "results"))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(tmp_path / "cwd")
+        error = fast_precheck(with_base(rc.expand(args, tmp_path), tmp_path / "results"))
     assert error, f"{case_id}: accepted"
     assert "\n" not in error.strip() and len(error) < 400, error
     assert files_under(tmp_path) == before
@@ -155,7 +183,8 @@ def test_reindex_rebuilds_the_index_and_clean_removes_dead_runs(tmp_path):
     dead = results / "runs" / "adhoc" / "20250101-000000-deadbeef"
     (dead / ".hydra").mkdir(parents=True)
     (dead / ".steps.parquet.1.tmp").write_bytes(b"half")
-    assert reindex(index) == (2, 1)
+    (dead / ".running").write_text(json.dumps({"kvbench_run": dead.name, "pid": 1, "made_dir": True}))
+    assert reindex(index)[:2] == (2, 1)
     assert sorted(r["run_id"] for r in _rows(index)) == want
     assert results_mod.clean(index) == [dead] and not dead.exists()
 
@@ -204,5 +233,5 @@ def test_interrupt_prints_one_line_and_leaves_no_half_run(tmp_path, sig, code):
     proc.send_signal(sig)
     _, err = proc.communicate(timeout=120)
     lines = err.strip().splitlines()
-    assert proc.returncode == code and len(lines) == 1 and "removed" in lines[0], err
+    assert proc.returncode == code and len(lines) == 1 and "nothing was kept" in lines[0], err
     assert not list((results / "runs").rglob("*")) if (results / "runs").exists() else True
