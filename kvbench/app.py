@@ -550,16 +550,19 @@ def _hydra_main(cfg: DictConfig) -> float | None:
 
     hc = HydraConfig.get()
     worker = signals.is_launcher_worker()
-    if worker:  # a joblib process: clean up on SIGTERM, and stop once the kvbench process is gone
-        signals.install_run_handlers()
-        signals.watch_parent()
     run_dir = Path(hc.runtime.output_dir)
     try:
         with signals.job_running():
+            if worker:  # a joblib process: clean up on SIGTERM, and stop once the kvbench process is gone
+                signals.install_run_handlers()
+                signals.watch_parent()
+                if signals.orphaned():
+                    raise Terminated()
             return _job(cfg, hc, run_dir, worker)
     finally:
-        if worker and signals.orphaned():
-            os._exit(signals.EXIT_CODES[signal.SIGTERM])  # nobody waits for this worker any more
+        if worker and signals.orphaned():  # nobody waits for this worker any more
+            discard(run_dir)
+            os._exit(signals.EXIT_CODES[signal.SIGTERM])
 
 
 def _job(cfg: DictConfig, hc, run_dir: Path, worker: bool) -> float | None:
@@ -586,6 +589,8 @@ def _job(cfg: DictConfig, hc, run_dir: Path, worker: bool) -> float | None:
         _finish_logger(logger, 1)
         logger = None
         kept = discard(run_dir)
+        if multirun and not worker:
+            raise  # the basic launcher: the multirun ends, main removes what its other jobs left
         if not worker:  # a worker's parent prints the one line for the whole multirun
             print(f"kvbench: {signals.what(exc)}; {kept}", file=sys.stderr)
         sys.exit(signals.exit_code(exc))
@@ -630,7 +635,7 @@ def _finish_logger(logger, exit_code: int) -> None:
 
 def main() -> None:
     signals.install_run_handlers()
-    os.environ[signals.MAIN_PID_ENV] = str(os.getpid())
+    signals.mark_main_process()
     PINNED_IDS.update(run=new_run_id(), sweep=new_run_id())
     try:
         error = precheck(sys.argv[1:])

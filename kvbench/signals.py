@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import sys
 import threading
 import time
@@ -72,7 +73,24 @@ def is_launcher_worker() -> bool:
     return bool(main_pid) and main_pid != str(os.getpid())
 
 
+MAIN_HOST_ENV = "KVBENCH_MAIN_HOST"
 _WATCHED: dict[str, int] = {}  # the parent a worker watches
+
+
+def mark_main_process() -> None:
+    """Name this process as the kvbench process, for the workers its launcher starts."""
+    os.environ[MAIN_PID_ENV] = str(os.getpid())
+    os.environ[MAIN_HOST_ENV] = socket.gethostname()
+
+
+def _expected_parent() -> int:
+    """The kvbench process when this worker is its child on the same host (it may be gone
+    already: the worker then stops at once), else whatever parent the worker has now."""
+    main_pid = os.environ.get(MAIN_PID_ENV, "")
+    same_host = os.environ.get(MAIN_HOST_ENV) == socket.gethostname()
+    if same_host and main_pid.isdigit() and (os.getppid() == int(main_pid) or os.getppid() == 1):
+        return int(main_pid)
+    return os.getppid()
 _IN_JOB = threading.Event()  # set while a worker runs a job
 
 
@@ -96,7 +114,7 @@ def watch_parent(poll_s: float = 0.5, grace_s: float = 20.0) -> None:
     that a running job cleans up, and end the process (at once when idle, else after grace_s)."""
     if "parent" in _WATCHED:
         return
-    parent = _WATCHED["parent"] = os.getppid()
+    parent = _WATCHED["parent"] = _expected_parent()
 
     def watch() -> None:
         while os.getppid() == parent:
