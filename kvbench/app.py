@@ -8,8 +8,9 @@ Every run gets its own directory named by its run_id (``<results_dir>/runs/<expe
 a sweep's jobs under ``<experiment>/<sweep id>/<run_id>``), ids being ``YYYYmmdd-HHMMSS-<8 hex>``.
 A run is finished when its ``summary.json`` exists: it is written last, after the data files, and
 the index row right after it, with SIGINT/SIGTERM held back for that step. A run that fails or is
-interrupted before that removes its directory (exit 2 for bad input, 130 for SIGINT, 143 for
-SIGTERM); one killed outright leaves a directory without ``summary.json``, which readers ignore
+interrupted before that removes what it wrote (exit 2 for bad input, 130 for SIGINT, 143 for
+SIGTERM; ``kvbench/rundir.py`` says what it may remove, ``kvbench/signals.py`` where signals
+land); one killed outright leaves a directory without ``summary.json``, which readers ignore
 and ``kvbench-results --clean`` removes.
 """
 from __future__ import annotations

@@ -8,7 +8,8 @@ complete run.
 
 A run is finished when its ``summary.json`` exists; a run directory without one (a run killed
 outright, leftover ``*.tmp`` files) is unfinished: readers ignore it, ``kvbench-results --clean``
-removes it once no live process holds its ``.running`` lock.
+removes it once no live process holds its ``.running`` lock and only if kvbench made it
+(``kvbench/reindex.py``, ``kvbench/rundir.py``).
 
 Strict JSON: ``summary.json`` and index rows never hold NaN or Infinity. NaN is written as null;
 an infinite value (a burst workload's ``request_rate``) is written as null and named in the
@@ -19,10 +20,11 @@ The index (``results/index.jsonl``) holds one JSON object per line, one line per
 Runs append to it under an exclusive ``fcntl.flock`` on a sibling lock file, so concurrent jobs
 (joblib processes, submitit tasks on a shared file system with working locks) can share it; it
 is never rewritten except by ``kvbench-results --reindex``, which rebuilds it from the finished
-run directories under ``runs/`` (after a crash between ``summary.json`` and the append, a lost or
-damaged index). An append that fails (a full disk) is cut back to the old size, so a line is
-whole or absent. A run that is repeated under the same ``run_id`` appends a new line, and
-readers keep the last one.
+run directories under ``runs/`` and keeps the rows of finished runs stored elsewhere (a lost or
+damaged index). Readers also list the finished runs under ``runs/`` that lack a row (a kill
+between ``summary.json`` and the append). An append that fails (a full disk, in the write or the
+fsync) is cut back to the old size, so a line is whole or absent. A run that is repeated under
+the same ``run_id`` appends a new line, and readers keep the last one.
 
 ``kvbench-results`` prints a comparison table from the index.
 """
