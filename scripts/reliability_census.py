@@ -105,6 +105,8 @@ def run_table_case(root: Path, case: tuple[str, list[str], str | None], scratch:
         full = with_base(rc.expand(args, tmp), tmp / "results")
         planted = plant(tmp)
         before = snapshot(tmp)
+        if case_id in rc.UNSAFE_TO_RUN:
+            return probe_precheck(root, case_id, full, cwd)
         proc = kvbench(root, full, cwd)
         try:
             _, err = proc.communicate(timeout=120)
@@ -121,6 +123,18 @@ def run_table_case(root: Path, case: tuple[str, list[str], str | None], scratch:
     finally:
         rc.teardown(tmp)
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def probe_precheck(root: Path, case_id: str, args: list[str], cwd: Path) -> dict:
+    """The checkout's pre-check alone, in a probe process: a case that it accepts is not run."""
+    code = "import sys; from kvbench.app import precheck; print(precheck(sys.argv[1:]) or '')"
+    proc = subprocess.run([sys.executable, "-c", code, *args], cwd=cwd, capture_output=True, text=True,
+                          env=dict(os.environ, PYTHONPATH=str(root)), timeout=300)
+    error = proc.stdout.strip()
+    if proc.returncode == 0 and error and len(error.splitlines()) == 1:
+        return {"case": case_id, "outcome": "clear error", "exit": 2, "stderr_last": f"kvbench: error: {error}"[:200]}
+    return {"case": case_id, "outcome": "silent result", "exit": proc.returncode,
+            "stderr_last": "the pre-check accepts it; not run (it would write into /)"}
 
 
 # -- fault cases: concurrency, interrupts, kill -9, strict JSON ---------------------------------
@@ -526,7 +540,7 @@ def main() -> int:
                 continue
             folder = Path(tempfile.mkdtemp(prefix="fault-", dir=scratch))
             results.append(fault(root, folder))
-        if not args.only or args.only in "results-":
+        if not args.only or any(args.only in name for name in TOOL_CASES):
             results += results_tool_edges(root, Path(tempfile.mkdtemp(prefix="tool-", dir=scratch)))
     shutil.rmtree(scratch, ignore_errors=True)
     counts = collections.Counter(r["outcome"] for r in results)

@@ -246,6 +246,9 @@ CASES: list[tuple[str, list[str], str | None]] = [
 # Cases whose error needs a real process: a model load, a mount, a device, the results dir.
 SUBPROCESS_ONLY = {"hf-garbage-gguf", "results-dir-readonly-mount", "results-dir-full", "index-readonly",
                    "results-dir-proc", "hf-triton-on-cpu", "hf-cuda-without-gpu", "hf-missing-model"}
+# Cases that point a run at the file-system root: the census asks the checkout's pre-check in a
+# probe process and never runs one that accepts them (it would write into, or remove from, /).
+UNSAFE_TO_RUN = {"run-dir-root", "sweep-dir-root"}
 NEEDS_ROOT = {"results-dir-readonly-mount", "results-dir-full", "index-readonly"}
 PRECHECK = [case for case in CASES if case[0] not in SUBPROCESS_ONLY]
 
