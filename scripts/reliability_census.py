@@ -350,13 +350,14 @@ def kill9_joblib_parent(root: Path, scratch: Path) -> dict:
     workers = [int(p) for p in os.listdir("/proc") if p.isdigit() and _ppid(int(p)) == proc.pid
                and b"resource_tracker" not in _cmdline(int(p))]
     proc.kill()
-    proc.communicate()
+    proc.wait()  # not communicate(): workers that run on hold its pipes open
     deadline = time.time() + 30
     while any(_ppid(w) is not None for w in workers) and time.time() < deadline:
         time.sleep(0.2)
     running = [w for w in workers if _ppid(w) is not None]
     for pid in running:
         os.kill(pid, signal.SIGKILL)
+    proc.communicate()
     half = [d for d in (cwd / "results").glob("runs/*/*/*") if d.is_dir() and not (d / "summary.json").exists()]
     outcome = ("user files removed" if removed(planted) else "hang" if running
                else "written on error" if half else "ok")
