@@ -299,8 +299,8 @@ def _signal_outcome(name: str, proc: subprocess.Popen, expect: int, planted: dic
                     keep: set[str]) -> dict:
     try:
         _, err = proc.communicate(timeout=120)
-    except subprocess.TimeoutExpired:
-        proc.kill()
+    except subprocess.TimeoutExpired:  # it, or workers holding its pipes, ran on
+        _kill_tree(proc.pid)
         proc.communicate()
         return {"case": name, "outcome": "hang"}
     left = {p for p in snapshot(scratch) - keep if "__pycache__" not in p}
@@ -363,6 +363,20 @@ def kill9_joblib_parent(root: Path, scratch: Path) -> dict:
                else "written on error" if half else "ok")
     return {"case": "kill-9-joblib-parent", "outcome": outcome,
             "detail": f"{len(workers)} workers, {len(running)} still running after 30 s, {len(half)} half job dirs"}
+
+
+def _kill_tree(pid: int) -> None:
+    """SIGKILL a process and every process below it (found through /proc before any dies)."""
+    tree, grew = {pid}, True
+    while grew:
+        below = {int(p) for p in os.listdir("/proc") if p.isdigit() and _ppid(int(p)) in tree}
+        grew = not below <= tree
+        tree |= below
+    for member in tree:
+        try:
+            os.kill(member, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
 
 
 def _ppid(pid: int) -> int | None:
