@@ -27,7 +27,6 @@ import os
 import signal
 import time
 import uuid
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
