@@ -327,7 +327,11 @@ def signal_at(root: Path, scratch: Path, sig: int, delay: float, name: str, args
     keep = snapshot(scratch)
     args = args if args is not None else _long_run(Path("results"))
     proc = kvbench(root, args, scratch / "cwd", start_new_session=group)
-    if wait:
+    if wait == "handler":  # the moment kvbench's code runs (it installs a SIGTERM handler first)
+        deadline = time.time() + 30
+        while not _catches_sigterm(proc.pid) and proc.poll() is None and time.time() < deadline:
+            time.sleep(0.002)
+    elif wait:
         _wait_for(scratch / "cwd", wait)
     time.sleep(delay)
     if group:
@@ -363,6 +367,15 @@ def kill9_joblib_parent(root: Path, scratch: Path) -> dict:
                else "written on error" if half else "ok")
     return {"case": "kill-9-joblib-parent", "outcome": outcome,
             "detail": f"{len(workers)} workers, {len(running)} still running after 30 s, {len(half)} half job dirs"}
+
+
+def _catches_sigterm(pid: int) -> bool:
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    caught = next((ln.split()[1] for ln in status.splitlines() if ln.startswith("SigCgt:")), "0")
+    return bool(int(caught, 16) & (1 << (signal.SIGTERM - 1)))
 
 
 def _kill_tree(pid: int) -> None:
@@ -503,6 +516,8 @@ LONG = ["workload.num_requests=3000", "engine.kv_cache_bytes=2e9", "progress=fal
 NEW_FAULTS = {
     "sigterm-start-up": lambda r, s: signal_at(r, s, signal.SIGTERM, 0.3, "sigterm-start-up"),
     "sigint-start-up": lambda r, s: signal_at(r, s, signal.SIGINT, 0.3, "sigint-start-up"),
+    "sigterm-imports": lambda r, s: signal_at(r, s, signal.SIGTERM, 0.0, "sigterm-imports", wait="handler"),
+    "sigint-imports": lambda r, s: signal_at(r, s, signal.SIGINT, 0.05, "sigint-imports", wait="handler"),
     "sigterm-at-1.5s": lambda r, s: signal_at(r, s, signal.SIGTERM, 1.5, "sigterm-at-1.5s"),
     "sigint-at-3s": lambda r, s: signal_at(r, s, signal.SIGINT, 3.0, "sigint-at-3s"),
     "sigterm-first-step": lambda r, s: signal_at(r, s, signal.SIGTERM, 0.0, "sigterm-first-step",
