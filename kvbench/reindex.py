@@ -58,7 +58,7 @@ def summary_row(folder: Path, index_path: Path) -> dict:
 def unindexed_rows(index_path: Path, rows: list[dict]) -> list[dict]:
     """Rows for the finished runs under ``<index folder>/runs`` that ``rows`` lack (by run dir and
     run_id), oldest summary first; unreadable summaries are left out."""
-    from kvbench.results import RUN_DIR_COLUMN, run_dir_for_index
+    from kvbench.results import RUN_DIR_COLUMN
 
     runs = index_path.parent / "runs"
     if not runs.is_dir():
@@ -66,8 +66,8 @@ def unindexed_rows(index_path: Path, rows: list[dict]) -> list[dict]:
     dirs = {str(r.get(RUN_DIR_COLUMN)) for r in rows}
     ids = {r.get("run_id") for r in rows}
     found = []
-    for folder in run_dirs(runs)[0]:
-        if run_dir_for_index(folder, index_path) in dirs or folder.name in ids:
+    for folder in run_dirs(runs)[0]:  # the cheap checks first: no path is resolved for a run with a row
+        if folder.name in ids or folder.relative_to(index_path.parent).as_posix() in dirs:
             continue
         try:
             row = summary_row(folder, index_path)
