@@ -8,21 +8,25 @@ Every run gets its own directory named by its run_id (``<results_dir>/runs/<expe
 a sweep's jobs under ``<experiment>/<sweep id>/<run_id>``), ids being ``YYYYmmdd-HHMMSS-<8 hex>``.
 A run is finished when its ``summary.json`` exists: it is written last, after the data files, and
 the index row right after it, with SIGINT/SIGTERM held back for that step. A run that fails or is
-interrupted before that removes its directory (exit 2 for bad input, 130 for SIGINT, 143 for
-SIGTERM); one killed outright leaves a directory without ``summary.json``, which readers ignore
+interrupted before that removes what it wrote (exit 2 for bad input, 130 for SIGINT, 143 for
+SIGTERM; ``kvbench/rundir.py`` says what it may remove, ``kvbench/signals.py`` where signals
+land); one killed outright leaves a directory without ``summary.json``, which readers ignore
 and ``kvbench-results --clean`` removes.
 """
 from __future__ import annotations
 
-import fcntl
+import sys
+
+if __name__ == "__main__" or sys.argv[0].endswith("/kvbench"):  # the kvbench process: before the imports
+    from kvbench.signals import install_startup_handlers
+
+    install_startup_handlers()
+
 import logging
 import os
-import shutil
 import signal
-import sys
 import time
 import uuid
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,6 +37,9 @@ from kvbench.config import CONF_DIR, ConfigError, validate
 from kvbench.engine import Engine, SchedulerConfig
 from kvbench.engine.policies import scheduler_class
 from kvbench.geometry import KVGeometry
+from kvbench import signals
+from kvbench.rundir import discard, discard_sweep, hold_run_lock
+from kvbench.signals import Terminated
 
 KVBENCH_ERRORS: tuple[type[Exception], ...] = (ConfigError, AllocatorError)
 
@@ -185,32 +192,17 @@ def new_run_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S-") + uuid.uuid4().hex[:8]
 
 
-def _id_resolver(_key: str = "") -> str:
-    return new_run_id()
+PINNED_IDS: dict[str, str] = {}  # the ids of the kvbench process's run and sweep dirs (main sets them)
+
+
+def _id_resolver(key: str = "") -> str:
+    return PINNED_IDS.get(key) or new_run_id()
 
 
 # ``${kvbench_id:run}`` in conf/config.yaml: cached per config, so every read of hydra.run.dir
 # gives the same id; Hydra copies the cache into each sweep job's config, hence one sweep dir.
+# ``main`` pins the run and sweep ids so that the pre-check checks the very dirs Hydra creates.
 OmegaConf.register_new_resolver("kvbench_id", _id_resolver, use_cache=True, replace=True)
-
-
-class Terminated(BaseException):
-    """SIGTERM, raised like KeyboardInterrupt so that the run cleans up."""
-
-
-def _raise_terminated(signum, frame) -> None:
-    raise Terminated()
-
-
-@contextmanager
-def _signals_held():
-    """Hold SIGINT and SIGTERM back while a run completes; they arrive right after."""
-    held = {signal.SIGINT, signal.SIGTERM}
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, held)
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 def run(cfg: DictConfig, run_dir: str | Path | None = None, logger=None, run_id: str | None = None) -> dict:
@@ -247,7 +239,7 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None, logger=None, run_id:
     index = Path(cfg.results_dir) / "index.jsonl"
     if out.memmap is not None:
         _save_npz(run_dir / "memmap.npz", out.memmap)
-    with _signals_held():
+    with signals.held():
         write_run(run_dir, summary, out.steps, out.requests, index)
     if logger is not None:
         _log(logger, summary, out, run_dir)
@@ -513,6 +505,7 @@ def precheck(argv: list[str]) -> str | None:
             for job in jobs:
                 cfg = compose(config_name="config", overrides=[o for o in job if not o.startswith("hydra")])
                 check_job(cfg)
+            _plan_output_dirs(jobs, multirun)
     except _errors() as exc:
         return str(exc).splitlines()[0] if str(exc).strip() else type(exc).__name__
     except (HydraException, ValueError) as exc:
@@ -528,6 +521,32 @@ def precheck(argv: list[str]) -> str | None:
     return None
 
 
+_OUTPUT_KEYS = ("hydra.run.dir", "hydra.sweep.dir", "hydra.sweep.subdir")
+
+
+def _plan_output_dirs(jobs: list[list[str]], multirun: bool) -> None:
+    """Check every job's run (or sweep) dir before Hydra writes anything; note the folder that
+    cleanup must never remove (``KVBENCH_KEEP_DIR``, the deepest one that exists now)."""
+    from hydra import compose
+
+    from kvbench.rundir import KEEP_ENV, check_output_dirs, keep_dir_for
+
+    seen: dict[tuple[str, ...], Path] = {}
+    for job in jobs:
+        path_keys = tuple(o for o in job if o.lstrip("+~").split("=", 1)[0] in
+                          (*_OUTPUT_KEYS, "results_dir", "experiment_name", "experiment"))
+        if path_keys not in seen:
+            cfg = compose(config_name="config", overrides=[o for o in job if not o.startswith("hydra")
+                                                           or o.split("=", 1)[0] in _OUTPUT_KEYS],
+                          return_hydra_config=True)
+            seen[path_keys] = check_output_dirs(cfg, multirun)
+    PLANNED.update(dirs=list(seen.values()), multirun=multirun)
+    os.environ[KEEP_ENV] = str(keep_dir_for(PLANNED["dirs"][0]))
+
+
+PLANNED: dict = {}  # the run dirs (single run) or sweep dirs that the pre-check checked, and the mode
+
+
 def _run_dir_and_id(hc) -> tuple[Path, str]:
     """The job's directory (Hydra made it) and its run_id, the directory's name when it is one."""
     run_dir = Path(hc.runtime.output_dir)
@@ -541,42 +560,36 @@ def _looks_like_run_id(name: str) -> bool:
     return len(parts) == 3 and parts[0].isdigit() and parts[1].isdigit() and len(parts[2]) == 8
 
 
-def _discard(run_dir: Path) -> bool:
-    """Remove an unfinished run's directory and the empty folders made for it; whether it was removed."""
-    if (run_dir / "summary.json").exists():
-        return False
-    shutil.rmtree(run_dir, ignore_errors=True)
-    keep = Path(os.environ.get("KVBENCH_KEEP_DIR", "/")).resolve()
-    parent = run_dir.resolve().parent
-    while parent != keep and keep in parent.parents:
-        try:
-            parent.rmdir()
-        except OSError:
-            break
-        parent = parent.parent
-    return True
-
-
-def _hold_run_lock(run_dir: Path):
-    """An exclusive lock on ``<run_dir>/.running`` for the life of the process: a directory without
-    summary.json whose lock is free belongs to a dead run (``kvbench-results --clean``)."""
-    handle = open(run_dir / ".running", "w")
-    fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
-    return handle
-
-
 def _hydra_main(cfg: DictConfig) -> float | None:
     from hydra.core.hydra_config import HydraConfig
-    from hydra.types import RunMode
 
     hc = HydraConfig.get()
-    multirun = hc.mode == RunMode.MULTIRUN
+    worker = signals.is_launcher_worker()
     run_dir = Path(hc.runtime.output_dir)
+    try:
+        with signals.job_running():
+            if worker:  # a joblib process: clean up on SIGTERM, and stop once the kvbench process is gone
+                signals.install_run_handlers()
+                signals.watch_parent()
+                if signals.orphaned():
+                    raise Terminated()
+            return _job(cfg, hc, run_dir, worker)
+    finally:
+        if worker and signals.orphaned():  # nobody waits for this worker any more
+            discard(run_dir)
+            os._exit(signals.EXIT_CODES[signal.SIGTERM])
+
+
+def _job(cfg: DictConfig, hc, run_dir: Path, worker: bool) -> float | None:
+    """One job of ``_hydra_main``, from the run lock to its table."""
+    from hydra.types import RunMode
+
+    multirun = hc.mode == RunMode.MULTIRUN
     logger = None
     lock = None
     try:
         run_dir, run_id = _run_dir_and_id(hc)
-        lock = _hold_run_lock(run_dir)
+        lock = hold_run_lock(run_dir, run_id)
         if cfg.logger.name != "none":
             check_job(cfg)  # the workload and pool before the logger makes anything
             from kvbench.loggers import build_logger
@@ -588,28 +601,30 @@ def _hydra_main(cfg: DictConfig) -> float | None:
                          name=None, group=group, tags=tags, run_dir=run_dir)
         summary = run(cfg, run_dir=run_dir, logger=logger, run_id=run_id)
     except (KeyboardInterrupt, Terminated) as exc:
-        code, what = (143, "terminated") if isinstance(exc, Terminated) else (130, "interrupted")
         _finish_logger(logger, 1)
         logger = None
-        kept = f"the finished run stays in {run_dir}" if not _discard(run_dir) else "its unfinished run dir was removed"
-        print(f"kvbench: {what}; {kept}", file=sys.stderr)
-        sys.exit(code)
+        kept = discard(run_dir)
+        if multirun and not worker:
+            raise  # the basic launcher: the multirun ends, main removes what its other jobs left
+        if not worker:  # a worker's parent prints the one line for the whole multirun
+            print(f"kvbench: {signals.what(exc)}; {kept}", file=sys.stderr)
+        sys.exit(signals.exit_code(exc))
     except _errors() + (OSError,) as exc:
         _finish_logger(logger, 1)
         logger = None
-        _discard(run_dir)
+        kept = discard(run_dir)
         if multirun and "optuna" in str(hc.sweeper.get("_target_", "")).lower():
             logging.getLogger("kvbench").error("job %s: %s", hc.job.override_dirname, exc)
             return float("nan")  # Optuna records a failed trial and goes on with the study
         if multirun:
             raise  # this job fails; the launcher finishes the others
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        print(f"kvbench: error: {first}; nothing was kept", file=sys.stderr)
+        print(f"kvbench: error: {first}; {kept}", file=sys.stderr)
         sys.exit(2)
     except BaseException:
         _finish_logger(logger, 1)
         logger = None
-        _discard(run_dir)
+        discard(run_dir)
         raise
     finally:
         _finish_logger(logger, 0)
@@ -633,29 +648,36 @@ def _finish_logger(logger, exit_code: int) -> None:
         logger.finish(exit_code=exit_code)
 
 
-def _keep_dir(argv: list[str]) -> str:
-    """The deepest folder on the way to the runs that exists now: cleanup never removes it."""
-    results = next((a.split("=", 1)[1] for a in reversed(argv) if a.startswith("results_dir=")), "results")
-    folder = Path(results or ".").resolve()
-    while not folder.exists() and folder != folder.parent:
-        folder = folder.parent
-    return str(folder)
-
-
 def main() -> None:
-    signal.signal(signal.SIGTERM, _raise_terminated)
+    signals.install_run_handlers()
+    signals.mark_main_process()
+    PINNED_IDS.update(run=new_run_id(), sweep=new_run_id())
     try:
         error = precheck(sys.argv[1:])
     except (KeyboardInterrupt, Terminated) as exc:
         print("kvbench: interrupted before the run started; nothing was written", file=sys.stderr)
-        sys.exit(143 if isinstance(exc, Terminated) else 130)
+        sys.exit(signals.exit_code(exc))
     if error:
         print(f"kvbench: error: {error}", file=sys.stderr)
         sys.exit(2)
-    os.environ.setdefault("KVBENCH_KEEP_DIR", _keep_dir(sys.argv[1:]))
     import hydra
 
-    hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")(_hydra_main)()
+    try:
+        hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")(_hydra_main)()
+    except (KeyboardInterrupt, Terminated) as exc:  # outside a job: Hydra's start-up, a multirun parent
+        print(f"kvbench: {signals.what(exc)}; {_stop_and_clean()}", file=sys.stderr)
+        sys.exit(signals.exit_code(exc))
+
+
+def _stop_and_clean() -> str:
+    """After a signal outside a job: stop the launcher's workers, remove what unfinished jobs left."""
+    with signals.held():
+        stopped = signals.stop_children()
+        if not PLANNED:
+            return "nothing was kept"
+        planned = PLANNED["dirs"][0]
+        kept = discard_sweep(planned) if PLANNED["multirun"] else discard(planned)
+    return f"{stopped} worker(s) stopped; {kept}" if stopped else kept
 
 
 if __name__ == "__main__":

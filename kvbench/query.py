@@ -42,6 +42,10 @@ def where(df: pd.DataFrame, conditions: Sequence[str]) -> pd.DataFrame:
         column, op, raw = match.groups()
         _known(df, column, "--where")
         col = df[column]
+        if _is_boolean(col):
+            hit = _boolean_hit(col, column, op, raw)
+            keep &= hit.fillna(False).astype(bool)
+            continue
         numeric = pd.api.types.is_numeric_dtype(col)
         try:
             value = float(raw) if numeric else raw
@@ -60,15 +64,48 @@ def where(df: pd.DataFrame, conditions: Sequence[str]) -> pd.DataFrame:
     return df[keep]
 
 
+_BOOLEANS = {"true": True, "false": False}
+
+
+def _is_boolean(col: pd.Series) -> bool:
+    """A column of true/false values (nulls allowed), whatever dtype pandas gave it."""
+    if pd.api.types.is_bool_dtype(col):
+        return True
+    values = col.dropna()
+    return col.dtype == object and len(values) > 0 and all(isinstance(v, bool) for v in values)
+
+
+def _boolean_hit(col: pd.Series, column: str, op: str, raw: str) -> pd.Series:
+    value = _BOOLEANS.get(raw.strip().lower())
+    if value is None:
+        raise QueryError(f"--where: {column} is true/false; {raw!r} is neither")
+    if op not in ("=", "==", "!="):
+        raise QueryError(f"--where: {column} is true/false; use = or !=")
+    hit = col.map(lambda v: None if v is None or v is pd.NA else bool(v) == value)
+    return hit.map(lambda h: h is not None and (h if op != "!=" else not h))
+
+
+def _order_key(col: pd.Series) -> pd.Series:
+    """A sortable key for a column that mixes numbers and text: numbers first, then text."""
+    if col.dtype != object:
+        return col
+    present = [v for v in dict.fromkeys(col.dropna().tolist())]
+    ranked = sorted(present, key=lambda v: (0, float(v), "") if isinstance(v, (int, float)) and not isinstance(v, bool)
+                    else (1, 0.0, str(v)))
+    rank = {repr(v): i for i, v in enumerate(ranked)}
+    return col.map(lambda v: rank.get(repr(v)) if not pd.isna(v) else None).astype("Float64")
+
+
 def sort(df: pd.DataFrame, keys: Sequence[str]) -> pd.DataFrame:
-    """Sort by columns in order; ``-COL`` sorts that column descending."""
+    """Sort by columns in order; ``-COL`` sorts that column descending. A column mixing numbers
+    and text sorts numbers first (by value), then text (alphabetically)."""
     if not keys:
         return df
     columns = [k.lstrip("-") for k in keys]
     for column in columns:
         _known(df, column, "--sort")
     return df.sort_values(columns, ascending=[not k.startswith("-") for k in keys], kind="stable",
-                          na_position="last")
+                          na_position="last", key=_order_key)
 
 
 def in_sweep(df: pd.DataFrame, index_path: Path, sweep_dir: Path) -> pd.DataFrame:

@@ -8,7 +8,8 @@ complete run.
 
 A run is finished when its ``summary.json`` exists; a run directory without one (a run killed
 outright, leftover ``*.tmp`` files) is unfinished: readers ignore it, ``kvbench-results --clean``
-removes it once no live process holds its ``.running`` lock.
+removes it once no live process holds its ``.running`` lock and only if kvbench made it
+(``kvbench/reindex.py``, ``kvbench/rundir.py``).
 
 Strict JSON: ``summary.json`` and index rows never hold NaN or Infinity. NaN is written as null;
 an infinite value (a burst workload's ``request_rate``) is written as null and named in the
@@ -19,10 +20,11 @@ The index (``results/index.jsonl``) holds one JSON object per line, one line per
 Runs append to it under an exclusive ``fcntl.flock`` on a sibling lock file, so concurrent jobs
 (joblib processes, submitit tasks on a shared file system with working locks) can share it; it
 is never rewritten except by ``kvbench-results --reindex``, which rebuilds it from the finished
-run directories under ``runs/`` (after a crash between ``summary.json`` and the append, a lost or
-damaged index). An append that fails (a full disk) is cut back to the old size, so a line is
-whole or absent. A run that is repeated under the same ``run_id`` appends a new line, and
-readers keep the last one.
+run directories under ``runs/`` and keeps the rows of finished runs stored elsewhere (a lost or
+damaged index). Readers also list the finished runs under ``runs/`` that lack a row (a kill
+between ``summary.json`` and the append). An append that fails (a full disk, in the write or the
+fsync) is cut back to the old size, so a line is whole or absent. A run that is repeated under
+the same ``run_id`` appends a new line, and readers keep the last one.
 
 ``kvbench-results`` prints a comparison table from the index.
 """
@@ -176,17 +178,17 @@ def write_run(
 
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    _atomic_write(run_dir / STEPS_FILE, lambda f: steps.to_parquet(f, index=False))
-    _atomic_write(run_dir / REQUESTS_FILE, lambda f: requests.to_parquet(f, index=False))
+    atomic_write(run_dir / STEPS_FILE, lambda f: steps.to_parquet(f, index=False))
+    atomic_write(run_dir / REQUESTS_FILE, lambda f: requests.to_parquet(f, index=False))
     text = json.dumps(row, indent=1, allow_nan=False) + "\n"
-    _atomic_write(run_dir / SUMMARY_FILE, lambda f: f.write(text.encode()))
+    atomic_write(run_dir / SUMMARY_FILE, lambda f: f.write(text.encode()))
 
     index_path = Path(index_path)
-    append_index_row(index_path, {**row, RUN_DIR_COLUMN: _run_dir_for_index(run_dir, index_path)})
+    append_index_row(index_path, {**row, RUN_DIR_COLUMN: run_dir_for_index(run_dir, index_path)})
     return run_dir
 
 
-def _atomic_write(path: Path, write) -> None:
+def atomic_write(path: Path, write) -> None:
     """Call write(binary file) on a temporary file next to path, fsync it, rename onto path."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
@@ -200,7 +202,7 @@ def _atomic_write(path: Path, write) -> None:
         raise
 
 
-def _run_dir_for_index(run_dir: Path, index_path: Path) -> str:
+def run_dir_for_index(run_dir: Path, index_path: Path) -> str:
     """run_dir relative to the index's folder when it lies inside it, else absolute."""
     run_abs = run_dir.resolve()
     base = index_path.parent.resolve()
@@ -213,8 +215,10 @@ def _run_dir_for_index(run_dir: Path, index_path: Path) -> str:
 def append_index_row(index_path: str | os.PathLike, row: Mapping[str, object]) -> None:
     """Append one JSON line to the index under an exclusive lock on ``<index>.lock``.
 
-    The line goes out in one write. If the file does not end in a newline (a writer died
-    mid-line), a newline is written first so the torn line stays alone on its line and
+    All or nothing: the line goes out through unbuffered ``os.write`` calls and is fsynced; if
+    any of them fails (a full disk fails inside the write, not only in fsync) the file is cut back
+    to its old size before the error propagates. If the file does not end in a newline (a writer
+    killed mid-line), a newline is written first so the torn line stays alone on its line and
     readers skip it; the existing bytes are never changed.
     """
     index_path = Path(index_path)
@@ -224,28 +228,37 @@ def append_index_row(index_path: str | os.PathLike, row: Mapping[str, object]) -
     with open(lock_path, "a") as lock:
         fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
         try:
-            with open(index_path, "ab+") as f:
-                end = f.seek(0, os.SEEK_END)
-                if end > 0:
-                    f.seek(end - 1)
-                    if f.read(1) != b"\n":
-                        line = b"\n" + line
+            fd = os.open(index_path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                end = os.lseek(fd, 0, os.SEEK_END)
+                if end > 0 and os.pread(fd, 1, end - 1) != b"\n":
+                    line = b"\n" + line
                 try:
-                    f.write(line)
-                    f.flush()
-                    os.fsync(f.fileno())
+                    _write_all(fd, line)
+                    os.fsync(fd)
                 except BaseException:
-                    f.truncate(end)  # never leave a torn line behind
+                    os.ftruncate(fd, end)  # never leave a torn line behind
                     raise
+            finally:
+                os.close(fd)
         finally:
             fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
 
 
 # ----------------------------------------------------------------------------- reading
 
 
-def load_index(path: str | os.PathLike = DEFAULT_INDEX, dedupe: bool = True) -> pd.DataFrame:
+def load_index(path: str | os.PathLike = DEFAULT_INDEX, dedupe: bool = True, unindexed: bool = True) -> pd.DataFrame:
     """Read the index as one row per run, SUMMARY_COLUMNS first, then run_dir and extras.
+
+    With ``unindexed`` the finished runs under ``<index folder>/runs`` that lack a row (a run
+    killed between its summary.json and its row) are read from their summaries and added last.
 
     Integer columns (INTEGER_COLUMNS) come back as nullable ``Int64``; others as pandas infers.
 
@@ -254,7 +267,12 @@ def load_index(path: str | os.PathLike = DEFAULT_INDEX, dedupe: bool = True) -> 
     warning elsewhere. A missing file raises FileNotFoundError.
     """
     path = Path(path)
-    lines = path.read_bytes().decode("utf-8", errors="replace").splitlines()
+    try:
+        lines = path.read_bytes().decode("utf-8", errors="replace").splitlines()
+    except FileNotFoundError:
+        if not unindexed or not (path.parent / "runs").is_dir():
+            raise
+        lines = []  # no row appended yet: the finished run dirs alone
     rows: list[dict] = []
     last = max((i for i, line in enumerate(lines) if line.strip()), default=-1)
     for i, line in enumerate(lines):
@@ -269,6 +287,12 @@ def load_index(path: str | os.PathLike = DEFAULT_INDEX, dedupe: bool = True) -> 
                 warnings.warn(f"{path}:{i + 1}: skipping a line that is not a JSON object")
             continue
         rows.append(decode_nonfinite(obj))
+    if unindexed:
+        from kvbench.reindex import unindexed_rows
+
+        rows += [decode_nonfinite(row) for row in unindexed_rows(path, rows)]
+        if not lines and not rows:
+            raise FileNotFoundError(f"no index at {path} and no finished run under {path.parent / 'runs'}")
 
     extras: dict[str, None] = {}
     for obj in rows:
@@ -338,74 +362,7 @@ def compare(
 
 # ----------------------------------------------------------------------------- finished and unfinished runs
 
-RUNNING_FILE = ".running"  # locked by the live process of a run
-
-
-def run_dirs(runs: Path) -> tuple[list[Path], list[Path]]:
-    """(finished run dirs, unfinished ones) under ``runs``: a run dir has ``.hydra/`` or a summary."""
-    finished, unfinished = [], []
-    for dirpath, dirnames, filenames in os.walk(runs):
-        folder = Path(dirpath)
-        if SUMMARY_FILE in filenames:
-            finished.append(folder)
-            dirnames.clear()
-        elif ".hydra" in dirnames or RUNNING_FILE in filenames:
-            unfinished.append(folder)
-            dirnames.clear()
-    return sorted(finished), sorted(unfinished)
-
-
-def is_abandoned(run_dir: Path) -> bool:
-    """An unfinished run whose process is gone (nobody holds its ``.running`` lock)."""
-    lock_path = run_dir / RUNNING_FILE
-    if not lock_path.exists():
-        return True
-    with open(lock_path, "a") as handle:
-        try:
-            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return False
-        fcntl.flock(handle.fileno(), fcntl.LOCK_UN)
-    return True
-
-
-def reindex(index_path: str | os.PathLike = DEFAULT_INDEX) -> tuple[int, int]:
-    """Rebuild the index from the finished runs under ``<index folder>/runs``; (rows, unfinished dirs).
-
-    Rows are ordered by the time each summary.json was written. The new index replaces the old
-    one atomically under the index lock, so concurrent appends wait for it.
-    """
-    index_path = Path(index_path)
-    finished, unfinished = run_dirs(index_path.parent / "runs")
-    rows = []
-    for folder in sorted(finished, key=lambda d: (d / SUMMARY_FILE).stat().st_mtime):
-        try:
-            row = json.loads((folder / SUMMARY_FILE).read_text())
-        except ValueError:
-            continue
-        row = clean_summary(decode_nonfinite(row))
-        rows.append({**row, RUN_DIR_COLUMN: _run_dir_for_index(folder, index_path)})
-    text = "".join(json.dumps(r, allow_nan=False) + "\n" for r in rows).encode()
-    lock_path = index_path.with_name(index_path.name + ".lock")
-    index_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(lock_path, "a") as lock:
-        fcntl.flock(lock.fileno(), fcntl.LOCK_EX)
-        try:
-            _atomic_write(index_path, lambda f: f.write(text))
-        finally:
-            fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
-    return len(rows), len(unfinished)
-
-
-def clean(index_path: str | os.PathLike = DEFAULT_INDEX) -> list[Path]:
-    """Remove the unfinished run dirs under ``<index folder>/runs`` whose process is gone."""
-    import shutil
-
-    _, unfinished = run_dirs(Path(index_path).parent / "runs")
-    removed = [d for d in unfinished if is_abandoned(d)]
-    for folder in removed:
-        shutil.rmtree(folder, ignore_errors=True)
-    return removed
+from kvbench.reindex import ResultsError, check_index_path, clean, reindex, run_dirs  # noqa: E402
 
 
 # ----------------------------------------------------------------------------- CLI
@@ -458,30 +415,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--reindex", action="store_true",
                         help="rebuild the index from the finished run dirs under runs/ next to it, then exit")
     parser.add_argument("--clean", action="store_true",
-                        help="remove unfinished run dirs (no summary.json, process gone), then exit")
+                        help="remove the unfinished run dirs kvbench made whose process is dead, then exit")
     args = parser.parse_args(argv)
-    if args.reindex or args.clean:
-        try:
-            if args.clean:
-                removed = clean(args.index)
-                print(f"kvbench-results: removed {len(removed)} unfinished run dirs")
-            if args.reindex:
-                rows, unfinished = reindex(args.index)
-                print(f"kvbench-results: {args.index}: {rows} finished runs; {unfinished} unfinished run dirs "
-                      "ignored (--clean removes those whose process is gone)")
-        except OSError as exc:
-            print(f"kvbench-results: cannot rewrite {args.index}: {exc.strerror or exc}", file=sys.stderr)
-            return 2
-        return 0
+    index = Path(args.index)
+    try:
+        check_index_path(index, must_exist=False)
+        if args.reindex or args.clean:
+            return _maintain(index, args.clean, args.reindex)
+        check_index_path(index, must_exist=not (index.parent / "runs").is_dir())
+    except ResultsError as exc:
+        print(f"kvbench-results: {exc}", file=sys.stderr)
+        return 2
 
     from kvbench.query import QueryError, in_sweep, sort, where as select, with_labels
 
     columns = [c.strip() for c in args.columns.split(",") if c.strip()]
     group_by = [c.strip() for c in args.group_by.split(",") if c.strip()]
+    if not columns:
+        print(f"kvbench-results: --columns: {args.columns!r} names no column", file=sys.stderr)
+        return 2
     try:
-        df = with_labels(load_index(args.index))
+        df = with_labels(load_index(index))
     except FileNotFoundError:
         print(f"kvbench-results: no index at {args.index}", file=sys.stderr)
+        return 2
+    except (OSError, UnicodeDecodeError) as exc:
+        print(f"kvbench-results: cannot read {args.index}: {exc}", file=sys.stderr)
         return 2
     if args.experiment is not None:
         df = df[df["experiment"] == args.experiment]
@@ -518,6 +477,31 @@ def main(argv: Sequence[str] | None = None) -> int:
             cells = group.map(lambda v: _format_cell(v) or "-")
             blocks.append(f"== {name} ==\n{cells.to_string(index=False)}")
     print("\n\n".join(blocks))
+    return 0
+
+
+def _maintain(index: Path, clean_dirs: bool, rebuild: bool) -> int:
+    """``--clean`` and ``--reindex``: one line on stdout each, or one on stderr and exit 2."""
+    try:
+        if clean_dirs:
+            removed = clean(index)
+            left = len(run_dirs(index.parent / "runs")[1])
+            print(f"kvbench-results: removed {len(removed)} dead run dirs that kvbench made; {left} unfinished "
+                  "left (a live run, or not provably kvbench's and dead)")
+        if rebuild:
+            done = reindex(index)
+            notes = [f"{done.kept} kept from outside runs/" if done.kept else "",
+                     f"{done.dropped} dropped (their run dir is gone)" if done.dropped else "",
+                     f"{len(done.unreadable)} unreadable summary.json ({done.unreadable[0]})" if done.unreadable else ""]
+            extra = "".join(f"; {n}" for n in notes if n)
+            print(f"kvbench-results: {index}: {done.rows} finished runs{extra}; {done.unfinished} unfinished run "
+                  "dirs ignored (--clean removes the dead ones)")
+    except ResultsError as exc:
+        print(f"kvbench-results: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"kvbench-results: cannot rewrite {index}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
     return 0
 
 

@@ -86,8 +86,22 @@ def teardown(tmp: Path) -> None:
         subprocess.run(["chattr", "-i", str(index)], capture_output=True)
 
 
+def finished_run(tmp: Path) -> None:
+    """A finished run (and its Hydra files) that a run or sweep dir must never be pointed at."""
+    run = tmp / "finished"
+    (run / ".hydra").mkdir(parents=True)
+    (run / ".hydra" / "overrides.yaml").write_text("- seed=7\n")
+    (run / "summary.json").write_text('{"run_id": "20250101-000000-0000beef"}\n')
+
+
+def user_folder(tmp: Path) -> None:
+    (tmp / "userdir").mkdir()
+    (tmp / "userdir" / "notes.txt").write_text("mine\n")
+
+
 SETUPS = {f.__name__: f for f in (sharegpt_torn_one, sharegpt_no_usable, sharegpt_garbage, sharegpt_empty,
-                                   garbage_gguf, plain_file, readonly_index, readonly_mount, full_mount)}
+                                   garbage_gguf, plain_file, readonly_index, readonly_mount, full_mount,
+                                   finished_run, user_folder)}
 
 _NUMERIC_BAD = ("-1", "0", "nan", "abc")
 
@@ -199,6 +213,30 @@ CASES: list[tuple[str, list[str], str | None]] = [
     ("logger-unknown", ["logger=nope"], None),
     ("wandb-bad-mode", ["logger=wandb", "logger.mode=bogus"], None),
     ("wandb-negative-step-logs", ["logger=wandb", "logger.max_step_logs=-1"], None),
+    # Hydra's output dirs: never the cwd or above, /, a file, a finished run or a user's folder
+    # (the census and the fast tier run each case with {tmp}/cwd as the working directory)
+    ("run-dir-dot", ["hydra.run.dir=."], None),
+    ("run-dir-root", ["hydra.run.dir=/"], None),
+    ("run-dir-parent", ["hydra.run.dir=.."], None),
+    ("run-dir-grandparent", ["hydra.run.dir=../.."], None),
+    ("run-dir-cwd-absolute", ["hydra.run.dir={tmp}/cwd"], None),
+    ("run-dir-cwd-trailing", ["hydra.run.dir=./"], None),
+    ("run-dir-empty", ["hydra.run.dir="], None),
+    ("run-dir-finished", ["hydra.run.dir={tmp}/finished"], "finished_run"),
+    ("run-dir-user-folder", ["hydra.run.dir={tmp}/userdir"], "user_folder"),
+    ("run-dir-is-file", ["hydra.run.dir={tmp}/afile"], "plain_file"),
+    ("run-dir-hf-eos-cwd", ["hydra.run.dir=.", "backend=hf", "model=tiny-llama", "workload.ignore_eos=false"], None),
+    ("sweep-dir-dot", ["-m", "hydra.sweep.dir=.", "seed=0,1"], None),
+    ("sweep-dir-parent", ["-m", "hydra.sweep.dir=..", "seed=0,1"], None),
+    ("sweep-dir-root", ["-m", "hydra.sweep.dir=/", "seed=0,1"], None),
+    ("sweep-dir-finished", ["-m", "hydra.sweep.dir={tmp}/finished", "seed=0,1"], "finished_run"),
+    ("sweep-dir-user-folder", ["-m", "hydra.sweep.dir={tmp}/userdir", "seed=0,1"], "user_folder"),
+    ("sweep-subdir-dotdot", ["-m", "hydra.sweep.subdir=..", "seed=0,1"], None),
+    ("sweep-subdir-escapes", ["-m", "hydra.sweep.subdir=../x", "seed=0,1"], None),
+    ("sweep-subdir-dot", ["-m", "hydra.sweep.subdir=.", "seed=0,1"], None),
+    ("sweep-subdir-absolute", ["-m", "hydra.sweep.subdir=/tmp", "seed=0,1"], None),
+    ("sweep-subdir-empty", ["-m", "hydra.sweep.subdir=", "seed=0,1"], None),
+    ("sweep-joblib-subdir-dotdot", ["-m", "hydra/launcher=joblib", "hydra.sweep.subdir=..", "seed=0,1"], None),
     # multirun: one bad job refuses the whole sweep up front
     ("multirun-bad-allocator", ["-m", "allocator=paged,nope"], None),
     ("multirun-bad-kv-bytes", ["-m", "engine.kv_cache_bytes=1e9,1e30"], None),
@@ -208,6 +246,9 @@ CASES: list[tuple[str, list[str], str | None]] = [
 # Cases whose error needs a real process: a model load, a mount, a device, the results dir.
 SUBPROCESS_ONLY = {"hf-garbage-gguf", "results-dir-readonly-mount", "results-dir-full", "index-readonly",
                    "results-dir-proc", "hf-triton-on-cpu", "hf-cuda-without-gpu", "hf-missing-model"}
+# Cases that point a run at the file-system root: the census asks the checkout's pre-check in a
+# probe process and never runs one that accepts them (it would write into, or remove from, /).
+UNSAFE_TO_RUN = {"run-dir-root", "sweep-dir-root"}
 NEEDS_ROOT = {"results-dir-readonly-mount", "results-dir-full", "index-readonly"}
 PRECHECK = [case for case in CASES if case[0] not in SUBPROCESS_ONLY]
 

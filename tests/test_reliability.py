@@ -24,7 +24,8 @@ from omegaconf import OmegaConf, open_dict
 import reliability_cases as rc
 from kvbench import results as results_mod
 from kvbench.app import _errors, check_job, precheck
-from kvbench.config import CONF_DIR
+from kvbench.config import CONF_DIR, ConfigError
+from kvbench.rundir import check_output_dirs
 from kvbench.results import load_index, reindex
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -45,6 +46,8 @@ def fast_precheck(args: list[str]) -> str | None:
     is the slow part) and value overrides applied as Hydra parses them; the error line or None."""
     groups = tuple(a for a in args if a.split("=", 1)[0] in GROUPS)
     values = [a for a in args if a not in groups]
+    if any(a.split("=", 1)[0] in OUTPUT_KEYS for a in args):
+        return output_dirs_precheck(args)
     if any(a.startswith("-") for a in args):
         return precheck(args)
     try:
@@ -71,6 +74,28 @@ def fast_precheck(args: list[str]) -> str | None:
     return None
 
 
+OUTPUT_KEYS = ("hydra.run.dir", "hydra.sweep.dir", "hydra.sweep.subdir")
+
+
+def output_dirs_precheck(args: list[str]) -> str | None:
+    """The pre-check's run/sweep dir check on a Hydra config composed once (the cases differ only
+    in hydra.run.dir, hydra.sweep.dir and hydra.sweep.subdir); the error line or None."""
+    multirun = "-m" in args
+    if "hydra" not in _COMPOSED:
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+            _COMPOSED["hydra"] = compose(config_name="config", return_hydra_config=True)
+    cfg = _COMPOSED["hydra"].copy()
+    for arg in args:
+        key, _, value = arg.partition("=")
+        if key in OUTPUT_KEYS:
+            OmegaConf.update(cfg, key, value)
+    try:
+        check_output_dirs(cfg, multirun)
+    except ConfigError as exc:
+        return str(exc)
+    return None
+
+
 def files_under(folder: Path) -> set[str]:
     return {str(p) for p in folder.rglob("*")}
 
@@ -85,8 +110,11 @@ def test_precheck_refuses_bad_input_with_one_line_and_writes_nothing(case, tmp_p
     case_id, args, setup = case
     if setup:
         rc.SETUPS[setup](tmp_path)
+    (tmp_path / "cwd").mkdir()
     before = files_under(tmp_path)
-    error = fast_precheck(with_base(rc.expand(args, tmp_path), tmp_path / "results"))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(tmp_path / "cwd")
+        error = fast_precheck(with_base(rc.expand(args, tmp_path), tmp_path / "results"))
     assert error, f"{case_id}: accepted"
     assert "\n" not in error.strip() and len(error) < 400, error
     assert files_under(tmp_path) == before
@@ -155,7 +183,8 @@ def test_reindex_rebuilds_the_index_and_clean_removes_dead_runs(tmp_path):
     dead = results / "runs" / "adhoc" / "20250101-000000-deadbeef"
     (dead / ".hydra").mkdir(parents=True)
     (dead / ".steps.parquet.1.tmp").write_bytes(b"half")
-    assert reindex(index) == (2, 1)
+    (dead / ".running").write_text(json.dumps({"kvbench_run": dead.name, "pid": 1, "made_dir": True}))
+    assert reindex(index)[:2] == (2, 1)
     assert sorted(r["run_id"] for r in _rows(index)) == want
     assert results_mod.clean(index) == [dead] and not dead.exists()
 
@@ -204,5 +233,261 @@ def test_interrupt_prints_one_line_and_leaves_no_half_run(tmp_path, sig, code):
     proc.send_signal(sig)
     _, err = proc.communicate(timeout=120)
     lines = err.strip().splitlines()
-    assert proc.returncode == code and len(lines) == 1 and "removed" in lines[0], err
+    assert proc.returncode == code and len(lines) == 1 and "nothing was kept" in lines[0], err
     assert not list((results / "runs").rglob("*")) if (results / "runs").exists() else True
+
+
+# -- nothing kvbench did not make is ever removed or changed ----------------------------------------
+
+
+def plant(tmp: Path) -> dict[Path, bytes]:
+    """User files in the cwd, the results root, the parent of the run dirs, and two finished runs of
+    an older sweep; returns their bytes."""
+    files = {tmp / "cwd" / "mine.txt": b"the user's notes\n",
+             tmp / "cwd" / ".hydra" / "overrides.yaml": b"- mine\n",
+             tmp / "results" / "root.txt": b"results root\n",
+             tmp / "cwd" / "parent" / "sibling.txt": b"next to the run dirs\n"}
+    for n in (1, 2):
+        run = tmp / "cwd" / "old-sweep" / f"20250101-00000{n}-0000beef"
+        files[run / "summary.json"] = json.dumps({"run_id": run.name}).encode() + b"\n"
+        files[run / ".hydra" / "overrides.yaml"] = b"- seed=1\n"
+    for path, data in files.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+    return files
+
+
+def assert_untouched(files: dict[Path, bytes]) -> None:
+    changed = [str(p) for p, data in files.items() if not p.is_file() or p.read_bytes() != data]
+    assert not changed, f"user files removed or changed: {changed}"
+
+
+def _wait_for(pattern: str, folder: Path, timeout: float = 120) -> None:
+    deadline = time.time() + timeout
+    while not list(folder.glob(pattern)) and time.time() < deadline:
+        time.sleep(0.1)
+
+
+HF_EOS = ["backend=hf", "model=tiny-llama", "workload.ignore_eos=false"]
+LONG = ["workload.num_requests=3000", "engine.kv_cache_bytes=2e9"]
+JOBLIB = ["-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2"]
+GUARD_CASES = {  # name: (arguments, signal or None, the file to wait for under cwd, expected exit)
+    "hf-eos-in-cwd": (["hydra.run.dir=.", *HF_EOS], None, None, 2),
+    "sweep-subdir-up": (["-m", "hydra.sweep.dir=old-sweep", "hydra.sweep.subdir=..", "seed=0,1"], None, None, 2),
+    "sigterm-mid-run": (["hydra.run.dir=parent/sig", *LONG], signal.SIGTERM, "parent/sig/.running", 143),
+    "hf-eos-in-new-dir": (["hydra.run.dir=parent/new", *HF_EOS], None, None, 2),
+    "sweep-into-finished": (["-m", "hydra.sweep.dir=old-sweep/20250101-000001-0000beef", "seed=0,1"], None, None, 2),
+    "sigint-mid-run": (["hydra.run.dir=parent/int", *LONG], signal.SIGINT, "parent/int/.running", 130),
+    "sigint-basic-multirun": (["-m", "hydra.sweep.dir=parent/basic", "seed=0,1", *LONG], signal.SIGINT,
+                              "parent/basic/*/.running", 130),
+    "sigterm-joblib-parent": ([*JOBLIB, "hydra.sweep.dir=parent/joblib", "seed=0,1,2", *LONG], signal.SIGTERM,
+                              "parent/joblib/*/.running", 143),
+}
+FAST_GUARD = ("hf-eos-in-cwd", "sweep-subdir-up", "sigterm-mid-run")
+
+
+def guard(tmp_path: Path, names) -> None:
+    """Run the guard cases side by side as real processes; every planted file must survive, byte
+    for byte, each case end in one line with its exit code, and no file be left behind."""
+    files = plant(tmp_path)
+    cwd, results = tmp_path / "cwd", tmp_path / "results"
+    procs = {name: kvbench(*with_base(GUARD_CASES[name][0], results), cwd=cwd) for name in names}
+    for name in names:
+        _, sig, wait, _ = GUARD_CASES[name]
+        if sig is not None:
+            _wait_for(wait, cwd)
+            time.sleep(1.0)
+            procs[name].send_signal(sig)
+    for name in names:
+        _, err = procs[name].communicate(timeout=300)
+        lines = err.strip().splitlines()
+        code = GUARD_CASES[name][3]
+        assert procs[name].returncode == code and len(lines) == 1 and lines[0].startswith("kvbench: "), (name, err)
+    assert_untouched(files)
+    left = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*") if p.is_file() and p not in files)
+    assert left == [], left  # and every unfinished run dir is gone
+
+
+def test_no_failure_or_signal_touches_a_planted_file(tmp_path):
+    guard(tmp_path, FAST_GUARD)
+
+
+@pytest.mark.slow
+def test_no_failure_or_signal_anywhere_touches_a_planted_file(tmp_path):
+    guard(tmp_path, list(GUARD_CASES))
+
+
+@pytest.mark.slow
+def test_kill_9_of_a_joblib_parent_stops_its_workers(tmp_path):
+    files = plant(tmp_path)
+    cwd = tmp_path / "cwd"
+    proc = kvbench(*with_base([*JOBLIB, "hydra.sweep.dir=parent/sweep", "seed=0,1", *LONG], tmp_path / "results"),
+                   cwd=cwd, start_new_session=True)
+    _wait_for("parent/sweep/*/.running", cwd)
+    time.sleep(0.2)  # the second worker may still be starting: it must stop as well
+    workers = [int(p) for p in os.listdir("/proc") if p.isdigit() and _ppid(int(p)) == proc.pid
+               and b"resource_tracker" not in Path(f"/proc/{p}/cmdline").read_bytes()]
+    proc.kill()
+    proc.wait()
+    deadline = time.time() + 30
+    while any(_ppid(w) is not None for w in workers) and time.time() < deadline:
+        time.sleep(0.2)
+    assert workers and all(_ppid(w) is None for w in workers), "workers still running after their parent died"
+    assert_untouched(files)
+    assert not list((cwd / "parent" / "sweep").glob("*/.hydra"))  # each worker removed its unfinished job dir
+
+
+def _ppid(pid: int) -> int | None:
+    """The parent of a live process, or None once it is gone (or a zombie)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return None if fields[0] == "Z" else int(fields[1])
+
+
+def catches_sigterm(pid: int) -> bool:
+    """Whether the process has a SIGTERM handler (kvbench installs one before its imports)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    caught = next(line.split()[1] for line in status.splitlines() if line.startswith("SigCgt:"))
+    return bool(int(caught, 16) & (1 << (signal.SIGTERM - 1)))
+
+
+def test_a_signal_during_start_up_is_one_line_and_writes_nothing(tmp_path):
+    (tmp_path / "cwd").mkdir()
+    proc = kvbench(*with_base([], tmp_path / "results"), cwd=tmp_path / "cwd")
+    while not catches_sigterm(proc.pid) and proc.poll() is None:
+        time.sleep(0.002)  # the interpreter's own start-up, before any kvbench code, is not ours
+    proc.send_signal(signal.SIGTERM)  # kvbench is importing its modules
+    _, err = proc.communicate(timeout=60)
+    lines = err.strip().splitlines()
+    assert proc.returncode == 143 and len(lines) == 1 and lines[0].startswith("kvbench: "), err
+    assert files_under(tmp_path) == {str(tmp_path / "cwd")}
+
+
+def test_a_signal_during_the_write_lets_the_run_finish_and_says_so(tmp_path, monkeypatch):
+    """SIGTERM arrives while summary.json is written: the run completes, then Terminated is raised."""
+    from kvbench import app, signals
+
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose(config_name="config", overrides=[*BASE, f"results_dir={tmp_path}"])
+    real = results_mod.atomic_write
+
+    def write_then_signal(path, write):
+        if path.name == "summary.json":
+            os.kill(os.getpid(), signal.SIGTERM)  # held back until the run's files and row are in place
+        real(path, write)
+
+    monkeypatch.setattr(results_mod, "atomic_write", write_then_signal)
+    old = signal.getsignal(signal.SIGTERM)
+    signals.install_run_handlers()
+    try:
+        with pytest.raises(signals.Terminated):
+            app.run(cfg, run_dir=tmp_path / "runs" / "adhoc" / "x", run_id="x")
+    finally:
+        signal.signal(signal.SIGTERM, old)
+    assert (tmp_path / "runs" / "adhoc" / "x" / "summary.json").is_file()
+    assert [r["run_id"] for r in _rows(tmp_path / "index.jsonl")] == ["x"]
+    assert app.discard(tmp_path / "runs" / "adhoc" / "x").startswith("the finished run stays")
+
+
+# -- the index under a real full disk ---------------------------------------------------------------
+
+
+def _tmpfs(folder: Path, size: str) -> bool:
+    folder.mkdir()
+    return subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)],
+                          capture_output=True).returncode == 0
+
+
+def _fill(folder: Path) -> Path:
+    """Fill the file system with one file until a write fails; that file."""
+    filler = folder / "filler"
+    with open(filler, "wb", buffering=0) as f:
+        try:
+            while True:
+                f.write(b"\0" * 4096)
+        except OSError:
+            pass
+        try:
+            while True:
+                f.write(b"\0")
+        except OSError:
+            pass
+    return filler
+
+
+ROW = {"run_id": "20260101-000000-0000beef", "allocator": "paged", "pad": "x" * 900}  # ~1 KiB, like a summary
+
+
+def append_on_a_full_disk(mount: Path, cuts: list[int]) -> list[str]:
+    """For each cut: an index whose free tail ends ``cut`` bytes into the new row, the disk filled;
+    append and check the index is the old bytes plus the whole row, or the old bytes alone."""
+    index = mount / "index.jsonl"
+    line = len(json.dumps(ROW)) + 1
+    failures = []
+    for cut in cuts:
+        for path in mount.iterdir():
+            path.unlink()
+        old_len = 4096 - cut  # tmpfs hands out 4 KiB pages: the row is cut `cut` bytes in
+        bare = len(json.dumps({"run_id": "old", "pad": ""})) + 1
+        old = (json.dumps({"run_id": "old", "pad": "y" * (old_len - bare)}) + "\n").encode()
+        assert len(old) == old_len
+        index.write_bytes(old)
+        filler = _fill(mount)
+        try:
+            results_mod.append_index_row(index, ROW)
+            ok = True
+        except OSError as exc:
+            ok = False
+            if exc.errno != errno.ENOSPC:
+                failures.append(f"cut {cut}: {exc}")
+        data = index.read_bytes()
+        whole = old + (json.dumps(ROW) + "\n").encode()
+        if data != (whole if ok else old):
+            failures.append(f"cut {cut}: {'appended' if ok else 'refused'}, index {len(data)} bytes "
+                            f"(old {len(old)}, row {line})")
+        filler.unlink()
+    return failures
+
+
+@pytest.fixture
+def tiny_fs(tmp_path):
+    mount = tmp_path / "tiny"
+    if not _tmpfs(mount, "64k"):
+        pytest.skip("cannot mount a tmpfs here (not root)")
+    yield mount
+    subprocess.run(["umount", str(mount)], capture_output=True)
+
+
+def test_index_append_on_a_real_full_disk_is_whole_or_absent(tiny_fs):
+    line = len(json.dumps(ROW)) + 1
+    assert append_on_a_full_disk(tiny_fs, [0, 1, 2, line // 2, line - 1, line, line + 1]) == []
+
+
+@pytest.mark.slow
+def test_index_append_on_a_real_full_disk_at_every_byte_of_the_row(tiny_fs):
+    assert append_on_a_full_disk(tiny_fs, list(range(len(json.dumps(ROW)) + 3))) == []
+
+
+# -- --clean never races a starting run ----------------------------------------------------------
+
+
+def test_clean_in_a_loop_never_breaks_starting_runs(tmp_path):
+    results = tmp_path / "results"
+    index = results / "index.jsonl"
+    user = results / "runs" / "adhoc" / "mine"
+    (user / ".hydra").mkdir(parents=True)
+    (user / ".running").write_text("")  # a stray .running in a user's folder
+    (user / "notes.txt").write_text("mine")
+    procs = [kvbench(*with_base([f"seed={s}", "workload.num_requests=20"], results), cwd=tmp_path) for s in range(3)]
+    cleaned = 0
+    while any(p.poll() is None for p in procs):
+        cleaned += len(results_mod.clean(index))
+        time.sleep(0.005)
+    errs = [p.communicate()[1] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0], errs
+    assert cleaned == 0 and len(_rows(index)) == 3 and (user / "notes.txt").read_text() == "mine"

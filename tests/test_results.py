@@ -257,3 +257,118 @@ def test_cli_sweep_keeps_the_runs_of_one_sweep_directory(tmp_path, capsys):
     argv = ["--index", str(index), "--columns", "run_id", "--format", "csv", "--group-by", ""]
     assert results.main([*argv, "--sweep", str(tmp_path / "runs/x/sweep2")]) == 0
     assert capsys.readouterr().out.splitlines() == ["run_id", "b"]
+
+
+# -- finished runs without a row, --reindex that loses nothing, --clean, the CLI's edges ---------
+
+
+def _finished(results_dir, run_id: str, where: str = "runs/adhoc", **extra):
+    steps, requests = _frames()
+    return write_run(results_dir / where / run_id, _summary(run_id, **extra), steps, requests,
+                     results_dir / "index.jsonl")
+
+
+def test_readers_see_a_finished_run_that_lacks_its_row(tmp_path, capsys):
+    _finished(tmp_path, "a")
+    lost = _finished(tmp_path, "b")
+    index = tmp_path / "index.jsonl"
+    index.write_text(index.read_text().splitlines()[0] + "\n")  # killed between summary.json and the row
+    df = load_index(index)
+    assert list(df["run_id"]) == ["a", "b"] and df["run_dir"].iloc[1] == "runs/adhoc/b"
+    assert list(load_index(index, unindexed=False)["run_id"]) == ["a"]
+    index.unlink()  # killed before the very first row
+    assert list(load_index(index)["run_id"]) == ["a", "b"]
+    assert results.main(["--index", str(index), "--columns", "run_id", "--format", "csv"]) == 0
+    assert capsys.readouterr().out.splitlines() == ["experiment,run_id", "fig2,a", "fig2,b"]
+    assert lost.is_dir()
+
+
+def test_reindex_keeps_rows_of_finished_runs_outside_runs_and_drops_only_gone_ones(tmp_path, capsys):
+    results_dir = tmp_path / "results"
+    _finished(results_dir, "in")
+    outside = write_run(tmp_path / "elsewhere" / "out", _summary("out"), *_frames(), results_dir / "index.jsonl")
+    gone = _finished(results_dir, "gone")
+    index = results_dir / "index.jsonl"
+    for path in gone.iterdir():
+        path.unlink()
+    gone.rmdir()
+    done = results.reindex(index)
+    assert (done.rows, done.kept, done.dropped) == (2, 1, 1)
+    assert sorted(r["run_id"] for r in map(json.loads, index.read_text().splitlines())) == ["in", "out"]
+    (results_dir / "runs" / "adhoc" / "in" / "summary.json").rename(tmp_path / "moved.json")
+    os.rename(results_dir / "runs", tmp_path / "runs-gone")  # runs/ missing: the outside row stays
+    assert results.main(["--index", str(index), "--reindex"]) == 0
+    line = capsys.readouterr().out.strip()
+    assert "1 finished runs" in line and "1 kept from outside runs/" in line and "1 dropped" in line, line
+    assert [json.loads(r)["run_id"] for r in index.read_text().splitlines()] == ["out"] and outside.is_dir()
+
+
+@pytest.mark.parametrize("content", ["[]", '{"run_id": "x", "nested": {"a": 1}}', "{", '"text"'])
+def test_reindex_skips_a_summary_that_is_not_one_and_says_so(tmp_path, capsys, content):
+    _finished(tmp_path, "good")
+    bad = tmp_path / "runs" / "adhoc" / "bad"
+    bad.mkdir()
+    (bad / "summary.json").write_text(content)
+    assert results.main(["--index", str(tmp_path / "index.jsonl"), "--reindex"]) == 0
+    line = capsys.readouterr().out.strip()
+    assert len(line.splitlines()) == 1 and "1 finished runs" in line and "1 unreadable summary.json" in line
+    assert list(load_index(tmp_path / "index.jsonl")["run_id"]) == ["good"]
+
+
+def test_clean_removes_only_dead_dirs_that_kvbench_made(tmp_path):
+    from kvbench.rundir import RUNNING_FILE, hold_run_lock
+
+    runs = tmp_path / "runs" / "adhoc"
+    dead, live, user, startup = (runs / n for n in ("dead", "live", "user", "startup"))
+    for folder in (dead, live, user, startup):
+        (folder / ".hydra").mkdir(parents=True)
+        (folder / ".hydra" / "config.yaml").write_text("a: 1\n")
+    (dead / RUNNING_FILE).write_text(json.dumps({"kvbench_run": "dead", "pid": 1, "made_dir": True}))
+    (dead / ".steps.parquet.7.tmp").write_bytes(b"half")
+    os.environ["KVBENCH_KEEP_DIR"] = str(tmp_path)
+    try:
+        handle = hold_run_lock(live, "live")  # a live run holds its lock
+    finally:
+        del os.environ["KVBENCH_KEEP_DIR"]
+    (user / RUNNING_FILE).write_text("")  # a stray .running in a user's folder
+    (user / "notes.txt").write_text("mine")
+    try:
+        assert results.clean(tmp_path / "index.jsonl") == [dead]
+    finally:
+        handle.close()
+    assert not dead.exists() and live.is_dir() and (user / "notes.txt").read_text() == "mine"
+    assert startup.is_dir()  # no record yet (a run in its start-up window): not provably dead
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--index", "{tmp}"], "is a folder"),
+    (["--index", "{tmp}", "--reindex"], "is a folder"),
+    (["--reindex", "--index", "{tmp}/nope/sub/index.jsonl"], "no results folder"),
+    (["--clean", "--index", "{tmp}/nope/index.jsonl"], "no results folder"),
+    (["--index", "{tmp}/index.jsonl", "--columns", ""], "names no column"),
+    (["--index", "{tmp}/index.jsonl", "--columns", " , "], "names no column"),
+    (["--index", "{tmp}/index.jsonl", "--where", "chunked_prefill=maybe"], "true/false"),
+    (["--index", "{tmp}/index.jsonl", "--where", "chunked_prefill>true"], "use = or !="),
+])
+def test_cli_edges_are_one_line_and_exit_2(tmp_path, capsys, argv, message):
+    _finished(tmp_path, "a", chunked_prefill=True)
+    before = sorted(p for p in tmp_path.rglob("*"))
+    assert results.main([a.replace("{tmp}", str(tmp_path)) for a in argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and message in err, err
+    assert sorted(p for p in tmp_path.rglob("*")) == before  # no folder, no empty index
+
+
+def test_cli_where_takes_a_boolean_and_sort_takes_mixed_types(tmp_path, capsys):
+    _finished(tmp_path, "a", chunked_prefill=True, baseline="orca")
+    _finished(tmp_path, "b", chunked_prefill=False, baseline=3.5)
+    _finished(tmp_path, "c", chunked_prefill=None, baseline=1)
+    argv = ["--index", str(tmp_path / "index.jsonl"), "--columns", "run_id", "--format", "csv", "--group-by", ""]
+    assert results.main([*argv, "--where", "chunked_prefill=true"]) == 0
+    assert capsys.readouterr().out.splitlines() == ["run_id", "a"]
+    assert results.main([*argv, "--where", "chunked_prefill!=True"]) == 0
+    assert capsys.readouterr().out.splitlines() == ["run_id", "b"]
+    assert results.main([*argv, "--sort", "baseline"]) == 0  # numbers by value, then text
+    assert capsys.readouterr().out.splitlines() == ["run_id", "c", "b", "a"]
+    assert results.main([*argv, "--sort=-baseline"]) == 0
+    assert capsys.readouterr().out.splitlines() == ["run_id", "a", "b", "c"]

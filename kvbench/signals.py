@@ -1,0 +1,184 @@
+"""SIGINT and SIGTERM, wherever they arrive: one line on stderr, a non-zero exit, nothing half-written.
+
+- During start-up (the imports before ``main`` runs) nothing has been written yet: the early
+  handlers print one line and exit at once (130 for SIGINT, 143 for SIGTERM).
+- From ``main`` on, SIGTERM raises ``Terminated`` (SIGINT raises KeyboardInterrupt), so the run,
+  or the multirun parent, cleans up on the way out; ``held`` defers both while a run completes.
+- A launcher worker (a joblib process) raises ``Terminated`` too, and watches its parent: when the
+  parent dies (kill -9) the worker signals itself and cleans up like any interrupted run.
+  ``stop_children`` is the parent's side: SIGTERM to its workers, SIGKILL to those that linger.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from contextlib import contextmanager
+
+MAIN_PID_ENV = "KVBENCH_MAIN_PID"  # the pid of the ``kvbench`` process, for its launcher workers
+EXIT_CODES = {signal.SIGINT: 130, signal.SIGTERM: 143}
+
+
+class Terminated(BaseException):
+    """SIGTERM, raised like KeyboardInterrupt so that the run cleans up."""
+
+
+def exit_code(exc: BaseException) -> int:
+    return 143 if isinstance(exc, Terminated) else 130
+
+
+def what(exc: BaseException) -> str:
+    return "terminated" if isinstance(exc, Terminated) else "interrupted"
+
+
+def _exit_during_startup(signum, frame) -> None:
+    os.write(2, b"kvbench: interrupted during start-up; nothing was written\n")
+    os._exit(EXIT_CODES.get(signum, 1))
+
+
+def install_startup_handlers() -> None:
+    """Until ``install_run_handlers``: a signal prints one line and ends the process."""
+    for sig in EXIT_CODES:
+        signal.signal(sig, _exit_during_startup)
+
+
+def _raise_terminated(signum, frame) -> None:
+    raise Terminated()
+
+
+def install_run_handlers() -> None:
+    """SIGTERM raises Terminated, SIGINT KeyboardInterrupt (main thread only)."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _raise_terminated)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+@contextmanager
+def held():
+    """Hold SIGINT and SIGTERM back while a run completes; they arrive right after."""
+    blocked = {signal.SIGINT, signal.SIGTERM}
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, blocked)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+def is_launcher_worker() -> bool:
+    """Whether this process is a launcher's worker (not the ``kvbench`` process itself)."""
+    main_pid = os.environ.get(MAIN_PID_ENV)
+    return bool(main_pid) and main_pid != str(os.getpid())
+
+
+MAIN_HOST_ENV = "KVBENCH_MAIN_HOST"
+_WATCHED: dict[str, int] = {}  # the parent a worker watches
+
+
+def mark_main_process() -> None:
+    """Name this process as the kvbench process, for the workers its launcher starts."""
+    os.environ[MAIN_PID_ENV] = str(os.getpid())
+    os.environ[MAIN_HOST_ENV] = socket.gethostname()
+
+
+def _expected_parent() -> int:
+    """The kvbench process when this worker is its child on the same host (it may be gone
+    already: the worker then stops at once), else whatever parent the worker has now."""
+    main_pid = os.environ.get(MAIN_PID_ENV, "")
+    same_host = os.environ.get(MAIN_HOST_ENV) == socket.gethostname()
+    if same_host and main_pid.isdigit() and (os.getppid() == int(main_pid) or os.getppid() == 1):
+        return int(main_pid)
+    return os.getppid()
+_IN_JOB = threading.Event()  # set while a worker runs a job
+
+
+@contextmanager
+def job_running():
+    """Mark a worker's job as running, for the parent watch."""
+    _IN_JOB.set()
+    try:
+        yield
+    finally:
+        _IN_JOB.clear()
+
+
+def orphaned() -> bool:
+    """Whether the parent this worker watches is gone."""
+    return "parent" in _WATCHED and os.getppid() != _WATCHED["parent"]
+
+
+def watch_parent(poll_s: float = 0.5, grace_s: float = 20.0) -> None:
+    """In a launcher worker: once its parent is gone (its ppid changes), SIGTERM this process so
+    that a running job cleans up, and end the process (at once when idle, else after grace_s)."""
+    if "parent" in _WATCHED:
+        return
+    parent = _WATCHED["parent"] = _expected_parent()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(poll_s)
+        if _IN_JOB.is_set():
+            os.kill(os.getpid(), signal.SIGTERM)
+            deadline = time.monotonic() + grace_s
+            while _IN_JOB.is_set() and time.monotonic() < deadline:
+                time.sleep(0.1)
+        os._exit(EXIT_CODES[signal.SIGTERM])
+
+    threading.Thread(target=watch, name="kvbench-parent-watch", daemon=True).start()
+
+
+def _children() -> list[int]:
+    """Pids of this process's worker children (Linux /proc); resource trackers, which end on
+    their own once every worker is gone, are left alone."""
+    me, found = os.getpid(), []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == me and b"resource_tracker" not in _cmdline(int(entry.name)):
+            found.append(int(entry.name))
+    return found
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read()
+    except OSError:
+        return b""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def stop_children(grace_s: float = 15.0) -> int:
+    """SIGTERM every child, wait up to ``grace_s`` for them to clean up, SIGKILL the rest; how many."""
+    if not sys.platform.startswith("linux"):
+        return 0
+    children = _children()
+    for pid in children:
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    deadline = time.monotonic() + grace_s
+    while any(_alive(p) for p in children) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    for pid in children:
+        if _alive(pid):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    return len(children)
