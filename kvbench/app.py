@@ -235,7 +235,8 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None, logger=None, run_id:
         engine = Engine(prep.allocator, prep.executor, sched_cfg, max_steps=eng.get("max_steps"),
                         progress=progress.update_to if progress else None,
                         memmap_every=int(eng.get("memmap_every") or 0),
-                        scheduler_cls=scheduler_class(_scheduling(cfg), str(eng.get("batching", "continuous"))))
+                        scheduler_cls=scheduler_class(_scheduling(cfg), str(eng.get("batching", "continuous"))),
+                        max_concurrency=cfg.workload.get("max_concurrency"))
         out = engine.run(requests)
     finally:
         if progress:
@@ -309,6 +310,8 @@ def _extras(cfg: DictConfig, prep: Prepared, out) -> dict:
     generated = float((done["output_len"] * done[["n", "beam_width"]].max(axis=1)).sum()) if len(done) else 0.0
     extras = {
         **_length_stats(prep.workload.requests),
+        "max_concurrency": wl.get("max_concurrency"),
+        "burstiness": float(wl.get("burstiness", 1.0)),
         "n": int(wl.get("n", 1)),
         "beam_width": int(wl.get("beam_width", 1)),
         "ignore_eos": bool(wl.get("ignore_eos", True)),
