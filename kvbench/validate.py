@@ -106,10 +106,11 @@ RULES: list[Rule] = [
     Rule("workload.beam_width", "int", low=1, high=1024, when=_has("workload.beam_width")),
     Rule("workload.seed", "int", low=0, high=2**63 - 1, when=_has("workload.seed")),
     Rule("workload.duration_s", "number", above=0, optional=True, when=_has("workload.duration_s")),
-    # load mode (kvbench/engine/concurrency.py)
-    Rule("workload.max_concurrency", "int", low=1, optional=True, when=_has("workload.max_concurrency")),
     # logger
     Rule("logger.max_step_logs", "int", low=0, when=_wandb),
+    # load mode and tracker console (issue 26)
+    Rule("workload.max_concurrency", "int", low=1, optional=True, when=_has("workload.max_concurrency")),
+    Rule("logger.verbose", "bool", when=_wandb),
 ]
 
 _MISSING = object()
