@@ -271,6 +271,11 @@ def setup_style() -> None:
     sns.set_theme(context="paper", style="whitegrid", font_scale=1.15)
 
 
+# No timestamps in the files, so a figure redrawn from the same results is the same bytes (PNG
+# carries none by default; the PDF's dates are dropped).
+DETERMINISTIC_METADATA: dict[str, dict] = {"png": {}, "pdf": {"CreationDate": None, "ModDate": None}}
+
+
 def save(fig: plt.Figure, out_dir: str | Path, name: str) -> list[Path]:
     """Write ``<name>.png`` (dpi 150) and ``<name>.pdf`` with a tight layout; close the figure."""
     out_dir = Path(out_dir)
@@ -281,7 +286,7 @@ def save(fig: plt.Figure, out_dir: str | Path, name: str) -> list[Path]:
     paths = []
     for ext in ("png", "pdf"):
         path = out_dir / f"{name}.{ext}"
-        fig.savefig(path, dpi=DPI, bbox_inches="tight")
+        fig.savefig(path, dpi=DPI, bbox_inches="tight", metadata=DETERMINISTIC_METADATA[ext])
         paths.append(path)
     plt.close(fig)
     return paths
