@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -85,7 +86,7 @@ def job_record(config: DictConfig, job_return: Any) -> dict:
             error = str(value["error"]).splitlines()[0]
         else:
             error = "failed (no finished run)" if not finished else "failed"
-    return {"num": int(config.hydra.job.num), "overrides": list(job_return.overrides or []),
+    return {"num": int(config.hydra.job.num), "pid": os.getpid(), "overrides": list(job_return.overrides or []),
             "run_dir": str(run_dir.resolve()), "finished": finished and error is None, "error": error}
 
 
