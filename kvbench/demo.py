@@ -38,9 +38,14 @@ def coinciding(rows: list[dict]) -> list[list[str]]:
 
 def why(labels: list[str], rows: list[dict]) -> str:
     """The reason some rows coincide, where the harness knows it."""
-    prefix = [r for r in rows if r["allocator_label"] in labels and r["allocator"] in ("paged_prefix", "radix")]
+    group = [r for r in rows if r["allocator_label"] in labels]
+    prefix = [r for r in group if r["allocator"] in ("paged_prefix", "radix")]
     if prefix and all(not r.get("prefix_hit_rate") for r in prefix):
         return "no two prompts share a prefix here, so the prefix caches find nothing to share and act as paged"
+    if len(prefix) == len(group) and len({r.get("block_size") for r in group}) == 1:
+        hit = float(group[0].get("prefix_hit_rate") or 0.0)
+        return (f"both prefix caches hit the same blocks ({hit:.0%}) at the same block size; the prompts are "
+                "random ids sharing no prefix, so every hit is a preempted request recomputing its own prompt")
     if all(r["allocator"] in ("contiguous", "buddy") for r in rows if r["allocator_label"] in labels):
         return "the same reservation policy; at this load the region layout never refuses a request"
     return "the same admissions at every step"

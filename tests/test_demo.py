@@ -23,3 +23,9 @@ def test_identical_rows_are_named_with_their_reason():
     assert group == ["paged", "paged_prefix", "radix"]
     assert "share a prefix" in why(group, rows)
     assert coinciding([_row("paged", "paged", 2.0), _row("radix", "radix", 2.5, hit=0.3)]) == []
+
+
+def test_two_prefix_caches_hitting_the_same_blocks_are_explained():
+    rows = [{**_row("paged_prefix", "paged_prefix", 2.0, hit=0.12), "block_size": 16},
+            {**_row("radix", "radix", 2.0, hit=0.12), "block_size": 16}]
+    assert "recomputing its own prompt" in why(coinciding(rows)[0], rows)
