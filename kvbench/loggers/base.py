@@ -22,7 +22,7 @@ SUMMARY_METRICS: tuple[str, ...] = (
     "request_goodput", "goodput", "max_output_tokens_per_s", "max_concurrent_requests", "concurrency",
     "normalized_latency_s", "mean_batch_size", "max_batch_size", "mean_running_requests",
     "mem_token_frac", "mem_reserved_frac", "mem_internal_frac", "mem_external_frac", "mem_cached_frac",
-    "num_preemptions", "prefix_hit_rate", "sharing_saving_frac", "completed", "failed", "num_rejected",
+    "num_preemptions", "prefix_hit_rate", "sharing_saving_frac", "num_finished", "num_rejected",
     "duration_s",
 )  # fmt: skip
 LATENCY_STATS = ("mean", "median", "p")  # mean_, median_ and every percentile of *_ms (not std)
