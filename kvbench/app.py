@@ -207,6 +207,7 @@ OmegaConf.register_new_resolver("kvbench_id", _id_resolver, use_cache=True, repl
 
 def run(cfg: DictConfig, run_dir: str | Path | None = None, logger=None, run_id: str | None = None) -> dict:
     """One run: build, simulate or execute, write results; returns the summary row."""
+    from kvbench.naming import granularity
     from kvbench.results import write_run
 
     prep = prepare(cfg)
@@ -228,12 +229,14 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None, logger=None, run_id:
         engine = Engine(prep.allocator, prep.executor, sched_cfg, max_steps=eng.get("max_steps"),
                         progress=progress.update_to if progress else None,
                         memmap_every=int(eng.get("memmap_every") or 0),
-                        scheduler_cls=scheduler_class(_scheduling(cfg), str(eng.get("batching", "continuous"))))
+                        scheduler_cls=scheduler_class(_scheduling(cfg), str(eng.get("batching", "continuous"))),
+                        max_concurrency=cfg.workload.get("max_concurrency"))
         out = engine.run(requests)
     finally:
         if progress:
             progress.close()
     summary = _identity(cfg, prep, run_id) | out.summary | _serving(cfg, out) | _extras(cfg, prep, out)
+    summary["granularity"] = granularity(summary)
     summary["wall_s"] = time.perf_counter() - wall0
     run_dir = Path(run_dir) if run_dir is not None else Path(cfg.results_dir) / "runs" / str(cfg.experiment_name) / run_id
     index = Path(cfg.results_dir) / "index.jsonl"
@@ -313,6 +316,8 @@ def _extras(cfg: DictConfig, prep: Prepared, out) -> dict:
     generated = float((done["output_len"] * done[["n", "beam_width"]].max(axis=1)).sum()) if len(done) else 0.0
     extras = {
         **_length_stats(prep.workload.requests),
+        "max_concurrency": wl.get("max_concurrency"),
+        "burstiness": float(wl.get("burstiness", 1.0)),
         "n": int(wl.get("n", 1)),
         "beam_width": int(wl.get("beam_width", 1)),
         "ignore_eos": bool(wl.get("ignore_eos", True)),
@@ -364,7 +369,7 @@ def _log(logger, summary: dict, out, run_dir: Path) -> None:
     logger.log_summary(summary)
     logger.log_requests(out.requests)
     logger.log_figures([memory_over_time(out.steps, run_dir / "figures" / "memory_over_time.png",
-                                         title=f"{summary['allocator']} / {summary['workload']}")])
+                                         title=f"{summary['allocator_label']} / {summary['workload']}")])
 
 
 def _job_label(cfg: DictConfig) -> str:
@@ -400,7 +405,7 @@ def _progress_bar(cfg: DictConfig, total: int, desc: str) -> _Progress | None:
     return _Progress(tqdm(total=total, desc=desc, unit="req", delay=2.0, leave=False, file=sys.stderr))
 
 
-SHOW_COLUMNS = ("allocator_label", "reserve", "block_size", "workload", "num_finished", "num_rejected",
+SHOW_COLUMNS = ("allocator_label", "reserve", "granularity", "workload", "num_finished", "num_rejected",
                 "mean_batch_size", "request_throughput", "normalized_latency_s", "mem_token_frac",
                 "mem_reserved_frac", "mem_internal_frac", "mem_external_frac", "mem_cached_frac", "num_preemptions")
 
@@ -595,7 +600,7 @@ def _job(cfg: DictConfig, hc, run_dir: Path, worker: bool) -> float | None:
             from kvbench.loggers import build_logger
 
             logger = build_logger(cfg.logger)
-            group = cfg.logger.get("group") or (f"{cfg.experiment_name}-{Path(hc.sweep.dir).name}" if multirun else None)
+            group = cfg.logger.get("group") or (f"{cfg.experiment_name}-{Path(hc.sweep.dir).name}" if multirun else str(cfg.experiment_name))
             tags = [f"experiment={cfg.experiment_name}"]
             logger.start(OmegaConf.to_container(cfg, resolve=True), run_id=run_id,
                          name=None, group=group, tags=tags, run_dir=run_dir)
@@ -635,7 +640,7 @@ def _job(cfg: DictConfig, hc, run_dir: Path, worker: bool) -> float | None:
     log = logging.getLogger("kvbench")  # Hydra sends it to the console and the run's app.log
     log.info("\n%s", format_table([summary]))
     metrics = cfg.get("metrics") or {}
-    if metrics.get("report") and not multirun:
+    if metrics.get("report"):
         from kvbench.metrics import format_report, parse_percentiles
 
         log.info("\n%s", format_report(summary, parse_percentiles(metrics.get("percentiles"))))

@@ -14,8 +14,13 @@ Definitions (the same as vLLM's ``benchmarks/serve.py``, so the two summaries re
 - Statistics: mean, median, population standard deviation (numpy's default, ddof=0) and
   linearly interpolated percentiles (``numpy.percentile``); a percentile ``P`` is the column
   ``p{P}_{metric}_ms`` with ``P`` written as vLLM writes it (``p99``, ``p99.9``).
-- Throughput: completed requests, output tokens and prompt + output tokens, each divided by
-  the run's duration.
+- Throughput: completed requests, input (prompt) tokens, output tokens and prompt + output
+  tokens, each divided by the run's duration.
+- Peaks, as vLLM computes them: one-second buckets from the first arrival of a completed
+  request; ``max_output_tokens_per_s`` is the most tokens emitted in one bucket,
+  ``max_concurrent_requests`` the most completed requests whose [arrival, finish] touches one
+  bucket. ``concurrency`` is SGLang's mean in-flight concurrency: the sum of E2E latencies
+  divided by the duration.
 - Goodput: a completed request is good when every configured SLO holds (TTFT, TPOT, E2EL
   <= their limit in ms; a one-token request's TPOT counts as 0). ``request_goodput`` is good
   requests per second (vLLM's); ``goodput`` is their output tokens per second.
@@ -32,7 +37,7 @@ import pandas as pd
 
 LATENCY_METRICS = ("ttft", "tpot", "itl", "e2el")
 SLO_METRICS = ("ttft", "tpot", "e2el")
-DEFAULT_PERCENTILES: tuple[float, ...] = (90.0, 99.0)
+DEFAULT_PERCENTILES: tuple[float, ...] = (90.0, 95.0, 99.0)
 
 
 class MetricsConfigError(ValueError):
@@ -96,6 +101,21 @@ def request_itls(token_times: Sequence[float] | np.ndarray) -> np.ndarray:
     return np.diff(np.asarray(token_times, dtype=float))
 
 
+def peaks(arrival_s: np.ndarray, finish_s: np.ndarray, token_times: Sequence[np.ndarray]) -> tuple[float, int]:
+    """(Most output tokens in one second, most requests in flight in one second), over one-second
+    buckets counted from the first arrival; (0, 0) without a request."""
+    if len(arrival_s) == 0:
+        return 0.0, 0
+    start = float(np.min(arrival_s))
+    buckets = int(np.ceil(float(np.max(finish_s)) - start)) + 1
+    times = np.concatenate([np.asarray(t, dtype=float) for t in token_times]) if len(token_times) else np.empty(0)
+    tokens = np.bincount(np.clip((times - start).astype(int), 0, buckets - 1), minlength=buckets)
+    spans = np.zeros(buckets + 1, dtype=int)  # +1 from a request's first bucket through its last
+    np.add.at(spans, (arrival_s - start).astype(int), 1)
+    np.add.at(spans, (finish_s - start).astype(int) + 1, -1)
+    return float(tokens.max()), int(np.cumsum(spans)[:-1].max())
+
+
 def _stats(name: str, values_s: np.ndarray, percentiles: Sequence[float]) -> dict[str, float | None]:
     if len(values_s) == 0:
         keys = [f"mean_{name}_ms", f"median_{name}_ms", f"std_{name}_ms"]
@@ -146,7 +166,12 @@ def serving_metrics(
         gaps = [request_itls(t) for samples in done["token_times_s"] for t in samples] \
             if "token_times_s" in done else []
         itl = np.concatenate(gaps) if gaps else np.array([])
+        streams = [t for samples in done["token_times_s"] for t in samples] if "token_times_s" in done else []
+        peak_tokens, peak_requests = peaks(done["arrival_s"].to_numpy(dtype=float),
+                                           done["finish_s"].to_numpy(dtype=float), streams) \
+            if {"arrival_s", "finish_s"} <= set(done.columns) else (None, None)
     else:
+        peak_tokens = peak_requests = None
         out_tokens_per_request = output_len = ttft = e2el = tpot_all = tpot = itl = np.array([])
     total_output = int(np.sum(out_tokens_per_request))
     total_input = int(done["prompt_len"].sum()) if len(done) else 0
@@ -156,8 +181,12 @@ def serving_metrics(
         "total_input_tokens": total_input,
         "total_output_tokens": total_output,
         "request_throughput": rate(len(done)),
+        "input_throughput": rate(total_input),
         "output_throughput": rate(total_output),
         "total_token_throughput": rate(total_input + total_output),
+        "max_output_tokens_per_s": peak_tokens,
+        "max_concurrent_requests": peak_requests,
+        "concurrency": rate(float(np.sum(e2el))) if len(done) else None,
     }
     good_requests = good_tokens = None
     if goodput:
@@ -187,9 +216,12 @@ def format_report(summary: Mapping[str, object], percentiles: Sequence[float] = 
         return "-" if value is None or (isinstance(value, float) and math.isnan(value)) else fmt.format(value)
 
     lines = ["{:=^50}".format(" Serving Benchmark Result ")]
-    rows = [
-        ("Successful requests:", num("completed", "{}")),
-        ("Failed requests:", num("failed", "{}")),
+    rows = [("Successful requests:", num("completed", "{}")), ("Failed requests:", num("failed", "{}"))]
+    if summary.get("max_concurrency") is not None:
+        rows.append(("Maximum request concurrency:", num("max_concurrency", "{}")))
+    rows += [
+        ("Request rate configured (RPS):", num("request_rate")),
+        ("Request burstiness:", num("burstiness")),
         ("Benchmark duration (s):", num("duration_s")),
         ("Total input tokens:", num("total_input_tokens", "{}")),
         ("Total generated tokens:", num("total_output_tokens", "{}")),
@@ -197,8 +229,12 @@ def format_report(summary: Mapping[str, object], percentiles: Sequence[float] = 
     ]
     if summary.get("request_goodput") is not None:
         rows.append(("Request goodput (req/s):", num("request_goodput")))
-    rows += [("Output token throughput (tok/s):", num("output_throughput")),
-             ("Total Token throughput (tok/s):", num("total_token_throughput"))]
+    rows += [("Input token throughput (tok/s):", num("input_throughput")),
+             ("Output token throughput (tok/s):", num("output_throughput")),
+             ("Peak output token throughput (tok/s):", num("max_output_tokens_per_s")),
+             ("Peak concurrent requests:", num("max_concurrent_requests", "{}")),
+             ("Total Token throughput (tok/s):", num("total_token_throughput")),
+             ("Concurrency (mean in flight):", num("concurrency"))]
     lines += [f"{label:<40} {value:<10}" for label, value in rows]
     headers = {"ttft": ("TTFT", "Time to First Token"), "tpot": ("TPOT", "Time per Output Token (excl. 1st token)"),
                "itl": ("ITL", "Inter-token Latency"), "e2el": ("E2EL", "End-to-end Latency")}

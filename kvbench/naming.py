@@ -54,11 +54,44 @@ def missing(value: object) -> bool:
     return value is None or (isinstance(value, float) and math.isnan(value)) or str(value) in ("", "None", "nan", "<NA>")
 
 
+def number(value: float) -> str:
+    """4 significant digits, never in exponent form from 1e-4 up (31670.0 -> ``31670``, not 3.167e+04)."""
+    text = f"{value:.4g}"
+    if "e" in text and math.isfinite(value) and abs(value) >= 1e-4:
+        return f"{value:.0f}" if abs(value) >= 1 else f"{value:.6f}".rstrip("0")
+    return text
+
+
 def cell(value: object) -> str:
     """A table cell: ``-`` for not applicable, 4 significant digits for floats."""
     if missing(value):
         return NOT_APPLICABLE
-    return f"{value:.4g}" if isinstance(value, float) else str(value)
+    return number(value) if isinstance(value, float) else str(value)
+
+
+def _size(num_bytes: float) -> str:
+    for unit, scale in (("MiB", 2**20), ("KiB", 2**10)):
+        if num_bytes >= scale:
+            return f"{num_bytes / scale:g}{unit}"
+    return f"{num_bytes:g}B"
+
+
+def granularity(fields: Mapping[str, object]) -> str:
+    """The unit an allocator hands out, in its own terms: ``16-tok blocks`` (paged family),
+    ``2MiB pages=204 tok`` (vAttention: page size and tokens per page; its block_size is only
+    the block table's unit inside a page), ``region/max`` (contiguous), ``buddy/max``."""
+    name = str(fields.get("allocator") or "")
+    block, reserve = fields.get("block_size"), fields.get("reserve")
+    if name == "vattention":
+        page, tokens = fields.get("page_bytes"), fields.get("tokens_per_page")
+        page_text = _size(float(page)) if not missing(page) else "?"
+        return f"{page_text} pages={int(tokens)} tok" if not missing(tokens) else f"{page_text} pages"
+    if name in ("contiguous", "buddy"):
+        kind = "region" if name == "contiguous" else "buddy"
+        return f"{kind}/{reserve}" if not missing(reserve) else kind
+    if not missing(block):
+        return f"{int(block)}-tok blocks"
+    return name or NOT_APPLICABLE
 
 
 def run_name(fields: Mapping[str, object]) -> str:

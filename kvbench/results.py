@@ -372,7 +372,9 @@ def _format_cell(value: object) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)) or value is pd.NA:
         return ""
     if isinstance(value, float):
-        return f"{value:.4g}"
+        from kvbench.naming import number
+
+        return number(value)
     return str(value)
 
 
@@ -416,6 +418,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="rebuild the index from the finished run dirs under runs/ next to it, then exit")
     parser.add_argument("--clean", action="store_true",
                         help="remove the unfinished run dirs kvbench made whose process is dead, then exit")
+    from kvbench.compare import add_arguments, check_sweep_dir, compare_or_export, note_all_null_sort, with_granularity
+
+    add_arguments(parser)
     args = parser.parse_args(argv)
     index = Path(args.index)
     try:
@@ -435,7 +440,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"kvbench-results: --columns: {args.columns!r} names no column", file=sys.stderr)
         return 2
     try:
-        df = with_labels(load_index(index))
+        df = with_granularity(with_labels(load_index(index)))
     except FileNotFoundError:
         print(f"kvbench-results: no index at {args.index}", file=sys.stderr)
         return 2
@@ -448,7 +453,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         df = select(df, args.where)
         if args.sweep:
             df = in_sweep(df, Path(args.index), Path(args.sweep))
+            check_sweep_dir(Path(args.index), Path(args.sweep), df)
         sort_keys = [k.strip() for k in args.sort.split(",") if k.strip()]
+        note_all_null_sort(df, sort_keys)
+        if args.compare or args.export:
+            return compare_or_export(args, sort(df, sort_keys))
         # --sort orders the rows (groups keep their first appearance); else rows go by group
         if sort_keys:
             table = compare(sort(df, sort_keys), [*group_by, *columns], by=())

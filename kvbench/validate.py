@@ -122,6 +122,9 @@ RULES: list[Rule] = [
       for key in ("v_head_size", "kv_lora_rank", "qk_rope_head_dim", "q_lora_rank")),
     # logger
     Rule("logger.max_step_logs", "int", low=0, when=_wandb),
+    # load mode and tracker console (issue 26)
+    Rule("workload.max_concurrency", "int", low=1, optional=True, when=_has("workload.max_concurrency")),
+    Rule("logger.verbose", "bool", when=_wandb),
 ]
 
 _MISSING = object()

@@ -22,6 +22,15 @@ METRICS = (("mean_batch_size", "mean batch size"), ("request_throughput", "throu
            ("mean_ttft_s", "mean TTFT (s)"))
 
 
+# Allocator bars take no colour of a memory category (green token, yellow reserved, vermillion
+# internal, light grey external, light blue cached), so a bar never reads as a category.
+BAR_COLORS: dict[str, tuple] = {
+    "Orca (Max)": (0.45, 0.22, 0.42), "Orca (Pow2)": (0.65, 0.38, 0.62), "Orca (Oracle)": (0.84, 0.62, 0.81),
+    "paged": (0.0, 0.35, 0.60), "paged+prefix": (0.62, 0.45, 0.28), "radix": (0.30, 0.30, 0.30),
+    "vAttention (2 MiB)": (0.10, 0.12, 0.35),
+}
+
+
 def draw(index_df: pd.DataFrame, out_dir: str | Path, results_root: str | Path,
          experiment: str | None = None) -> list[Path]:
     need = ["mem_token_frac", "mean_batch_size", "request_throughput"]
@@ -37,7 +46,7 @@ def draw(index_df: pd.DataFrame, out_dir: str | Path, results_root: str | Path,
         sorted(set(runs["wl"]) - set(beyond.WORKLOAD_ORDER))
     labels = [lab for lab in ORDER if lab in set(runs["label"])] + \
         sorted(set(runs["label"]) - set(ORDER))
-    colors = dict(zip(labels, common.sns.color_palette("colorblind", len(labels))))
+    colors = {lab: BAR_COLORS.get(lab, (0.5, 0.5, 0.5)) for lab in labels}
     fig, axes = plt.subplots(1 + len(METRICS), len(workloads), figsize=(4.2 * len(workloads), 11),
                              squeeze=False, sharey="row")
     for col, wl in enumerate(workloads):

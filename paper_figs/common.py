@@ -271,6 +271,11 @@ def setup_style() -> None:
     sns.set_theme(context="paper", style="whitegrid", font_scale=1.15)
 
 
+# No timestamps in the files, so a figure redrawn from the same results is the same bytes (PNG
+# carries none by default; the PDF's dates are dropped).
+DETERMINISTIC_METADATA: dict[str, dict] = {"png": {}, "pdf": {"CreationDate": None, "ModDate": None}}
+
+
 def save(fig: plt.Figure, out_dir: str | Path, name: str) -> list[Path]:
     """Write ``<name>.png`` (dpi 150) and ``<name>.pdf`` with a tight layout; close the figure."""
     out_dir = Path(out_dir)
@@ -281,7 +286,7 @@ def save(fig: plt.Figure, out_dir: str | Path, name: str) -> list[Path]:
     paths = []
     for ext in ("png", "pdf"):
         path = out_dir / f"{name}.{ext}"
-        fig.savefig(path, dpi=DPI, bbox_inches="tight")
+        fig.savefig(path, dpi=DPI, bbox_inches="tight", metadata=DETERMINISTIC_METADATA[ext])
         paths.append(path)
     plt.close(fig)
     return paths
@@ -314,3 +319,46 @@ def mean_by(df: pd.DataFrame, keys: Sequence[str], columns: Sequence[str]) -> pd
     df = numeric(df, *columns)
     return df.groupby(list(keys), dropna=False, sort=False)[list(columns)].mean().reset_index()
 
+
+
+# ----------------------------------------------------------------------------- series a reader could miss
+
+
+def coinciding(series: dict[str, pd.Series]) -> list[list[str]]:
+    """Groups of series names whose values (indexed by x) are equal at every x (4 significant
+    digits): drawn on top of each other, one would hide the others."""
+    groups: dict[tuple, list[str]] = {}
+    for name, values in series.items():
+        key = tuple((float(x), float(f"{v:.4g}")) for x, v in values.sort_index().items() if not math.isnan(v))
+        if key:
+            groups.setdefault(key, []).append(name)
+    return [names for names in groups.values() if len(names) > 1]
+
+
+def visible_right(series: dict[str, pd.Series], clip: float) -> float | None:
+    """The x beyond which no series is below ``clip`` (the first x where every drawn series with a
+    value there is above it, so the rise out of the axes stays in view); None when none leaves."""
+    xs = sorted({float(x) for values in series.values() for x in values.index})
+    for x in xs:
+        at = [float(values.loc[x]) for values in series.values() if x in values.index]
+        if at and all(v > clip for v in at) and any(float(v) <= clip for s in series.values() for v in s):
+            return x
+    return None
+
+
+def series_notes(series: dict[str, pd.Series], clip: float | None, unit: str = "", x_name: str = "x") -> list[str]:
+    """One line per series a reader could miss: entirely above the clip, or under another."""
+    notes = []
+    if clip is not None:
+        for name, values in series.items():
+            if len(values) and (values > clip).all():
+                lowest = values.sort_index()
+                notes.append(f"{name}: above {clip:g}{unit} at every {x_name} ({number(lowest.iloc[0])} at "
+                             f"{number(float(lowest.index[0]))})")
+    for names in coinciding(series):
+        notes.append(f"{' = '.join(names)} (identical)")
+    return notes
+
+
+def number(value: float) -> str:
+    return f"{value:.3g}"

@@ -54,6 +54,20 @@ def draw(index_df: pd.DataFrame, out_dir: str | Path, results_root: str | Path,
         if top > CLIP_S_PER_TOKEN:
             ax.text(0.02, 0.97, f"clipped at {CLIP_S_PER_TOKEN:g} s/token", transform=ax.transAxes,
                     va="top", fontsize=7, color="0.3")
+    for key, ax in grid.axes_dict.items():  # say what a reader cannot see; no axis past the last rise
+        keys = key if isinstance(key, tuple) else (key,)
+        facets = [c for c in (row, col) if c]
+        sub = runs
+        for facet, value in zip(facets, keys):
+            sub = sub[sub[facet] == value]
+        means = {label: g.groupby("request_rate")["normalized_latency_s"].mean() for label, g in sub.groupby("label")}
+        notes = common.series_notes(means, CLIP_S_PER_TOKEN, " s/token", x_name="rate")
+        if notes:
+            ax.set_title(ax.get_title() + "\n" + "\n".join(notes), fontsize=8)
+        right = common.visible_right(means, CLIP_S_PER_TOKEN)
+        if right is not None:
+            left = float(sub["request_rate"].min())
+            ax.set_xlim(left - 0.04 * (right - left), right + 0.04 * (right - left))
     grid.figure.suptitle("simulated, system vllm-2023; Alpaca is the synthetic stand-in", fontsize=9, y=-0.01, va="top")
     sns.move_legend(grid, "lower center", bbox_to_anchor=(0.5, 1.0), ncol=min(len(order), 4),
                     title=None, frameon=False)

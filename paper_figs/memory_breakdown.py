@@ -18,6 +18,9 @@ EXPERIMENT = "paper-batch"  # the paper's rates; paper-sat (saturation) adds pan
 SATURATION = "paper-sat"
 
 
+MAX_COLUMNS = 3
+
+
 def draw(index_df: pd.DataFrame, out_dir: str | Path, results_root: str | Path,
          experiment: str | None = None) -> list[Path]:
     columns = list(common.CATEGORY_COLUMNS.values())
@@ -32,13 +35,19 @@ def draw(index_df: pd.DataFrame, out_dir: str | Path, results_root: str | Path,
                         f"{r:g} req/s{' (saturation)' if sat else ''}"
                         for w, r, sat in zip(runs["workload"], runs["request_rate"], saturated)]
     common.setup_style()
+    if "mem_cached_frac" in runs:  # the paper's four-way view: cached prefix K/V counts as external
+        cached = pd.to_numeric(runs["mem_cached_frac"], errors="coerce").fillna(0.0)
+        runs["mem_external_frac"] = pd.to_numeric(runs["mem_external_frac"], errors="coerce") + cached
     means = common.mean_by(runs, ["workload", "label"], columns)
     workloads = list(dict.fromkeys(means["workload"]))
     order = common.label_order(means["label"])
     width = max(3.2, 0.75 * len(order) + 1.2)
-    fig, axes = plt.subplots(1, len(workloads), figsize=(width * len(workloads), 3.6),
-                             sharey=True, squeeze=False)
-    for ax, workload in zip(axes[0], workloads):
+    nrows = -(-len(workloads) // MAX_COLUMNS)  # wrap into rows: a page-wide figure, not a strip
+    ncols = -(-len(workloads) // nrows)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(width * ncols, 3.9 * nrows), sharey=True, squeeze=False)
+    for ax in axes.flat[len(workloads):]:
+        ax.set_visible(False)
+    for ax, workload in zip(axes.flat, workloads):
         frame = means[means["workload"] == workload].set_index("label")
         labels = [lab for lab in order if lab in frame.index]
         x = np.arange(len(labels))
@@ -52,11 +61,14 @@ def draw(index_df: pd.DataFrame, out_dir: str | Path, results_root: str | Path,
                     ax.text(xi, value / 2, f"{value:.0f}%", ha="center", va="center", fontsize=8)
             bottom += share
         ax.set_xticks(x, labels, rotation=25, ha="right")
-        ax.set_xlabel("allocator")
+        ax.set_xlabel("allocator" if ax in axes[-1] or len(workloads) <= ncols else "")
         ax.set_ylim(0, 100)
         ax.grid(axis="x", visible=False)
         if len(workloads) > 1:
             ax.set_title(f"{runs['model'].iloc[0]}, {workload}", fontsize=9)
-    axes[0][0].set_ylabel("share of KV cache slots (%)")
+    for row in axes:
+        row[0].set_ylabel("share of KV cache slots (%)")
     common.legend_above(fig, common.category_handles(), list(common.CATEGORIES))
+    fig.suptitle("external includes cached prefix K/V no live request owns (the paper's four categories)",
+                 fontsize=8, y=-0.01, va="top")
     return common.save(fig, out_dir, NAME)

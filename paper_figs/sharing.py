@@ -63,6 +63,10 @@ def draw(index_df: pd.DataFrame, out_dir: str | Path, results_root: str | Path,
         ax.set_xlabel(KNOBS[knob][0])
         ax.set_ylabel("KV memory saved by sharing (%)")
         ax.set_ylim(bottom=0)
+        means = {label: g.groupby(knob)["saving_pct"].mean() for label, g in rows.groupby("label")}
+        for names in common.coinciding(means):  # lines drawn on top of each other (e.g. the Orcas at 0)
+            ax.text(0.04, 0.9, "one line, identical:\n" + "\n".join(names), transform=ax.transAxes,
+                    va="top", ha="left", fontsize=7, color="0.3")
         values = sorted(rows[knob].unique())
         if knob == "prefix_len" and len(values) > 2 and min(values) > 0:
             common.log2_axis(ax, values)

@@ -29,9 +29,11 @@ def lines(runs: pd.DataFrame, *, x: str, y: str, series: str, panel: str | None,
         names = common.label_order(names)
     colors = common.palette(names) if series == "label" else dict(zip(names, common.sns.color_palette("colorblind", len(names))))
     fig, axes = plt.subplots(1, len(panels), figsize=(3.6 * len(panels), 3.3), squeeze=False)
+    note_lines = 0
     for ax, value in zip(axes[0], panels):
         sub = runs if panel is None else runs[runs[panel] == value]
         clipped = []
+        means = {str(n): sub[sub[series] == n].groupby(x)[y].mean() for n in names if (sub[series] == n).any()}
         for i, name in enumerate(names):
             g = sub[sub[series] == name].groupby(x)[y].agg(["mean", "std", "count"]).reset_index()
             if g.empty:
@@ -49,6 +51,15 @@ def lines(runs: pd.DataFrame, *, x: str, y: str, series: str, panel: str | None,
         if clipped:
             ax.text(0.98, 0.03, "clipped (beyond the axis):\n" + "\n".join(clipped), transform=ax.transAxes,
                     va="bottom", ha="right", fontsize=6.5, color="0.3")
+        notes = common.series_notes(means, clip, " s/token" if "s/token" in ylabel else "", x_name=xlabel.split(" (")[0])
+        if notes:  # lines a reader would otherwise miss (above the axis throughout, or under another): below the axes
+            ax.text(0.0, -0.34, "\n".join(notes), transform=ax.transAxes, va="top", ha="left", fontsize=6.5,
+                    color="0.3").set_in_layout(False)  # the saved image grows to hold it; the axes keep their size
+        note_lines = max(note_lines, len(notes))
+        right = common.visible_right(means, clip) if clip is not None else None
+        if right is not None and not logx:  # nothing drawn past the last rise out of the axes
+            left = float(sub[x].min())
+            ax.set_xlim(left - 0.03 * (right - left), right + 0.03 * (right - left))
         if logx:
             common.log2_axis(ax, sub[x].unique())
         ax.set_xlabel(xlabel)
@@ -61,7 +72,7 @@ def lines(runs: pd.DataFrame, *, x: str, y: str, series: str, panel: str | None,
                 handles.append(h)
                 labels.append(lab)
     common.legend_above(fig, handles, labels)
-    fig.suptitle(suptitle, fontsize=9, y=-0.02, va="top")
+    fig.suptitle(suptitle, fontsize=9, y=-0.02 - 0.05 * note_lines, va="top")
     return fig
 
 

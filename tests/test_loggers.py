@@ -220,3 +220,51 @@ def test_read_offline_run_spans_blocks_and_rejects_other_files(tmp_path):
     path.write_bytes(b"not a log")
     with pytest.raises(ValueError, match="not a W&B transaction log"):
         list(iter_records(path))
+
+
+def _app(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    import os
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
+    env.update(PYTHONPATH=str(ROOT), WANDB_MODE="offline", WANDB_X_DISABLE_STATS="true")  # banner not silenced here
+    return subprocess.run([sys.executable, "-m", "kvbench.app", *args, "logger=wandb", "progress=false",
+                           "workload.num_requests=20", f"results_dir={cwd}"], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_wandb_single_run_groups_by_experiment_keeps_a_compared_summary_and_prints_no_banner(tmp_path):
+    pytest.importorskip("wandb")
+    from kvbench.loggers.sync import find_offline_runs
+    from kvbench.loggers.wandb_offline import read_offline_run
+
+    proc = _app("allocator=orca-oracle", "experiment_name=first-hour", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert not [line for line in (proc.stdout + proc.stderr).splitlines() if line.startswith("wandb:")]
+    (run_path,) = find_offline_runs([tmp_path])
+    run = read_offline_run(run_path)
+    assert run.group == "first-hour" and run.config["allocator_label"] == "orca-oracle"
+    keys = set(run.summary)
+    assert {"request_throughput", "mean_ttft_ms", "p99_ttft_ms", "p95_tpot_ms", "mem_internal_frac"} <= keys
+    assert not [k for k in keys if k.startswith(("steps/", "by_rate/"))]
+    assert not {"mean_ttft_s", "p99_ttft_s", "mean_tpot_s", "mean_e2e_s", "std_ttft_ms", "wall_s"} & keys
+    assert len(keys) < 60
+
+
+@pytest.mark.slow  # three W&B runs in subprocesses: ~40 s on 2 busy cores
+def test_wandb_multirun_logs_one_sweep_table(tmp_path):
+    pytest.importorskip("wandb")
+    import json
+
+    from kvbench.loggers.sync import find_offline_runs
+    from kvbench.loggers.wandb_offline import read_offline_run
+
+    proc = _app("-m", "allocator=paged,orca-max", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    runs = {path: read_offline_run(path) for path in find_offline_runs([tmp_path])}
+    tables = [path for path, run in runs.items() if run.name.endswith("-table")]
+    assert len(runs) == 3 and len(tables) == 1
+    assert len({run.group for run in runs.values()}) == 1  # the table sits in its jobs' group
+    (table_file,) = tables[0].glob("files/media/table/sweep_table_*.table.json")
+    table = json.loads(table_file.read_text())
+    assert table["columns"][:2] == ["allocator", "status"]
+    assert [row[:2] for row in table["data"]] == [["orca-max", "ok"], ["paged", "ok"]]

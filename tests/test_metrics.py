@@ -144,3 +144,34 @@ def test_report_reads_like_vllm_bench_serve():
                  "Time per Output Token (excl. 1st token)"):
         assert line in report
     assert "Request goodput" not in report
+
+
+def test_peaks_concurrency_and_input_throughput_on_the_traced_schedule():
+    # r0 emits at t=1, 2 and finishes at 2; r1, r2 emit at 2, 3 and finish at 3; all arrive at 0
+    s = _fcfs_run().summary
+    assert s["input_throughput"] == pytest.approx(15 / 3)
+    assert s["max_output_tokens_per_s"] == 3.0  # the bucket [2, 3): r0's second token, r1's and r2's first
+    assert s["max_concurrent_requests"] == 3
+    assert s["concurrency"] == pytest.approx((2 + 3 + 3) / 3)  # sum of E2E latencies / duration
+    assert s["p95_ttft_ms"] == pytest.approx(2000)  # P95 by default, next to P90 and P99
+
+
+def test_peaks_count_one_second_buckets_from_the_first_arrival():
+    from kvbench.metrics import peaks
+
+    arrival, finish = np.array([10.0, 10.5, 13.2]), np.array([11.9, 12.1, 14.0])
+    streams = [np.array([10.2, 10.4, 11.9]), np.array([10.9, 11.0, 11.5, 12.1]), np.array([13.5, 14.0])]
+    # token buckets: [10,11): 3, [11,12): 3, [12,13): 1, [13,14): 1, [14,15): 1
+    # requests per bucket: 0: r0 r1, 1: r0 r1, 2: r1, 3: r2, 4: r2
+    assert peaks(arrival, finish, streams) == (3.0, 2)
+
+
+def test_report_names_the_load_and_the_peaks():
+    summary = {**_fcfs_run().summary, "max_concurrency": 4, "request_rate": float("inf"), "burstiness": 1.0}
+    report = format_report(summary, (90, 95, 99))
+    values = {line.split(":")[0]: line.split(":")[1].strip() for line in report.splitlines() if ":" in line}
+    assert values["Maximum request concurrency"] == "4" and values["Request rate configured (RPS)"] == "inf"
+    assert values["Peak output token throughput (tok/s)"] == "3.00" and values["Peak concurrent requests"] == "3"
+    assert values["Input token throughput (tok/s)"] == "5.00" and values["Concurrency (mean in flight)"] == "2.67"
+    assert values["Request burstiness"] == "1.00" and "P95 TTFT (ms)" in values
+    assert "Maximum request concurrency" not in format_report({**summary, "max_concurrency": None})

@@ -14,6 +14,7 @@ import pandas as pd
 
 from allocators.base import Allocator
 from kvbench.batch import StepBatch, StepResult
+from kvbench.engine.concurrency import ConcurrencyGate
 from kvbench.engine.recorder import Recorder, requests_frame, summarize
 from kvbench.engine.scheduler import Scheduler, SchedulerConfig
 from kvbench.engine.sequence import Group, GroupStatus, Seq
@@ -36,7 +37,8 @@ class Engine:
 
     def __init__(self, allocator: Allocator, executor, cfg: SchedulerConfig, *,
                  max_steps: int | None = None, progress: Callable[[int], None] | None = None,
-                 memmap_every: int = 0, scheduler_cls: type[Scheduler] = Scheduler) -> None:
+                 memmap_every: int = 0, scheduler_cls: type[Scheduler] = Scheduler,
+                 max_concurrency: int | None = None) -> None:
         self.allocator = allocator
         self.memmap_every = memmap_every
         self._snapshots: list[tuple[float, object, object]] = []
@@ -45,6 +47,7 @@ class Engine:
         self.max_steps = max_steps
         self.progress = progress
         self._released: list[Request] = []
+        self.max_concurrency = max_concurrency
         self.scheduler = scheduler_cls(cfg, allocator, need_block_tables=getattr(executor, "needs_block_tables", True))
 
     def run(self, requests: list[Request]) -> EngineOutput:
@@ -56,9 +59,12 @@ class Engine:
         next_arrival = 0
         step = 0
         finished = 0
+        gate = ConcurrencyGate(self.max_concurrency)
+        in_flight = lambda: len(sched.waiting) + len(sched.running) + len(sched.swapped)  # noqa: E731
         while next_arrival < len(pending) or sched.has_work():
-            while next_arrival < len(pending) and pending[next_arrival].arrival_s <= now:
-                group = self._new_group(pending[next_arrival])
+            while (gate.has_room(in_flight(), now)  # first: the gate sees every step boundary
+                   and next_arrival < len(pending) and pending[next_arrival].arrival_s <= now):
+                group = self._new_group(gate.send(pending[next_arrival]))
                 groups.append(group)
                 sched.add(group)
                 next_arrival += 1
@@ -76,7 +82,7 @@ class Engine:
                 if sched.swapped:  # its sequences come back unshared and no longer fit the empty pool
                     sched.reject_swapped_head("swapped-out group does not fit the empty KV pool")
                     continue
-                if next_arrival < len(pending):  # waiting groups need memory that arrives later
+                if next_arrival < len(pending) and gate.has_room(in_flight(), now):  # waiting groups need memory that arrives later
                     now = max(now, pending[next_arrival].arrival_s)
                     continue
                 sched.reject_head("does not fit in an empty KV pool")

@@ -15,6 +15,32 @@ STEP_METRIC = "step"  # the engine step index
 RATE_PREFIX = "by_rate/"  # one history point per run keyed by request rate (latency-vs-rate lines)
 
 
+# The summary a tracker keeps: the metrics people compare, each once (latencies in ms, as vLLM
+# reports them; the design's *_s latency columns and the per-step history stay in the run dir).
+SUMMARY_METRICS: tuple[str, ...] = (
+    "request_throughput", "output_throughput", "total_token_throughput", "input_throughput",
+    "request_goodput", "goodput", "max_output_tokens_per_s", "max_concurrent_requests", "concurrency",
+    "normalized_latency_s", "mean_batch_size", "max_batch_size", "mean_running_requests",
+    "mem_token_frac", "mem_reserved_frac", "mem_internal_frac", "mem_external_frac", "mem_cached_frac",
+    "num_preemptions", "prefix_hit_rate", "sharing_saving_frac", "num_finished", "num_rejected",
+    "duration_s",
+)  # fmt: skip
+LATENCY_STATS = ("mean", "median", "p")  # mean_, median_ and every percentile of *_ms (not std)
+
+
+def compared_metrics(summary: Mapping[str, Any]) -> dict[str, Any]:
+    """The summary row cut to SUMMARY_METRICS and the {mean,median,pP}_{ttft,tpot,itl,e2el}_ms columns."""
+    from kvbench.metrics import LATENCY_METRICS
+
+    def latency(key: str) -> bool:
+        stat, _, rest = key.partition("_")
+        metric, _, unit = rest.partition("_")
+        return unit == "ms" and metric in LATENCY_METRICS and (stat in ("mean", "median") or stat[:1] == "p" and
+                                                                 stat[1:].replace(".", "", 1).isdigit())
+
+    return {k: v for k, v in summary.items() if v is not None and (k in SUMMARY_METRICS or latency(k))}
+
+
 class Logger:
     """Base class: every method is a no-op, so subclasses override what they record."""
 

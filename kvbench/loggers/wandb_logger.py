@@ -17,7 +17,11 @@ What one run holds:
 - history: ``steps/<metric>`` against the engine step ``step`` (``define_metric``); see
   ``StepSampler`` for which steps; plus one ``by_rate/*`` point per run keyed by
   ``by_rate/request_rate`` (line plots of latency against request rate across runs);
-- summary: the results summary row; ``requests`` (a Table) and ``figures/<stem>`` (Images).
+- summary: only the metrics people compare (``base.compared_metrics``: throughput, goodput,
+  peaks, latencies in ms, batching, memory, pressure, outcome), each once; no last-step
+  ``steps/*`` or ``by_rate/*`` values; ``requests`` (a Table) and ``figures/<stem>`` (Images)
+  are logged as media;
+- console: W&B's banner and its per-run lines are silenced unless ``logger.verbose=true``.
 """
 from __future__ import annotations
 
@@ -35,7 +39,7 @@ from kvbench.results import SUMMARY_COLUMNS
 
 from kvbench.naming import fields_from_config, run_name, run_tags
 
-from .base import RATE_PREFIX, STEP_METRIC, STEP_PREFIX, Logger, flatten_config
+from .base import RATE_PREFIX, STEP_METRIC, STEP_PREFIX, Logger, compared_metrics, flatten_config
 
 IDENTITY_COLUMNS = (*SUMMARY_COLUMNS[: SUMMARY_COLUMNS.index("seed") + 1], "allocator_label")
 ARTIFACT_FILES = ("summary.json", "*.parquet")
@@ -113,6 +117,7 @@ class WandbLogger(Logger):
         tags: Sequence[str] = (),
         dir: str | Path | None = None,
         max_step_logs: int | None = 2000,
+        verbose: bool = False,
     ) -> None:
         if mode not in ("offline", "online", "disabled"):
             raise ValueError(f"logger.mode={mode!r} is not allowed; use offline, online or disabled")
@@ -123,6 +128,7 @@ class WandbLogger(Logger):
         self.tags = list(tags)
         self.dir = Path(dir) if dir is not None else None
         self.max_step_logs = int(max_step_logs or 0)
+        self.verbose = bool(verbose)
         self.run: wandb.Run | None = None
         self._steps = StepSampler(self.max_step_logs)
         self._run_id = ""
@@ -131,7 +137,7 @@ class WandbLogger(Logger):
     @classmethod
     def from_config(cls, cfg: Mapping[str, Any]) -> WandbLogger:
         """Build from the ``logger`` config group (conf/logger/wandb.yaml)."""
-        known = {"name", "project", "entity", "mode", "group", "tags", "dir", "max_step_logs"}
+        known = {"name", "project", "entity", "mode", "group", "tags", "dir", "max_step_logs", "verbose"}
         unknown = sorted(set(cfg) - known)
         if unknown:
             raise ValueError(
@@ -177,10 +183,12 @@ class WandbLogger(Logger):
             config=flat,
             dir=str(directory) if directory is not None else None,
             reinit="finish_previous",
+            settings=wandb.Settings(silent=not self.verbose, quiet=not self.verbose),
         )
-        self.run.define_metric(STEP_METRIC)
-        self.run.define_metric(RATE_PREFIX + "*", step_metric=RATE_PREFIX + "request_rate")
-        self.run.define_metric("*", step_metric=STEP_METRIC)
+        self.run.define_metric(STEP_METRIC, summary="none")
+        self.run.define_metric(RATE_PREFIX + "*", step_metric=RATE_PREFIX + "request_rate", summary="none")
+        self.run.define_metric(STEP_PREFIX + "*", step_metric=STEP_METRIC, summary="none")
+        self.run.define_metric("*", step_metric=STEP_METRIC, summary="none")  # globs race: every one says none
 
     def log_step(self, step: int, metrics: Mapping[str, Any]) -> None:
         if self.run is None:
@@ -197,8 +205,8 @@ class WandbLogger(Logger):
         self._flush_steps()
         values = {k: v for k, v in summary.items() if v is not None}
         values = {k: (v.item() if isinstance(v, np.generic) else v) for k, v in values.items()}
-        self.run.summary.update(values)
-        identity = {k: values[k] for k in IDENTITY_COLUMNS if k in values}
+        self.run.summary.update(compared_metrics(values))
+        identity = {k: values[k] for k in (*IDENTITY_COLUMNS, "granularity", "max_concurrency") if k in values}
         self.run.config.update(identity, allow_val_change=True)
         rate = _scalar(values.get("request_rate"))
         if rate is not None and math.isfinite(rate):  # a burst (rate inf) has no point

@@ -67,6 +67,7 @@ COMMON_DEFAULTS: dict[str, Any] = {
     "seed": 0,
     "repeat": False,  # data workloads: allow drawing each pair more than MAX_REUSE times on average
     "duration_s": None,  # if set: generate arrivals until duration_s; num_requests is ignored
+    "max_concurrency": None,  # read by the engine (kvbench.app): at most this many requests in flight
 }
 
 
