@@ -33,6 +33,7 @@ from kvbench.config import CONF_DIR, ConfigError, validate
 from kvbench.engine import Engine, SchedulerConfig
 from kvbench.engine.policies import scheduler_class
 from kvbench.geometry import KVGeometry
+from kvbench.provenance import provenance
 
 KVBENCH_ERRORS: tuple[type[Exception], ...] = (ConfigError, AllocatorError)
 
@@ -241,6 +242,7 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None, logger=None, run_id:
             progress.close()
     summary = _identity(cfg, prep, run_id) | out.summary | _serving(cfg, out) | _extras(cfg, prep, out)
     summary["wall_s"] = time.perf_counter() - wall0
+    summary |= provenance()
     run_dir = Path(run_dir) if run_dir is not None else Path(cfg.results_dir) / "runs" / str(cfg.experiment_name) / run_id
     index = Path(cfg.results_dir) / "index.jsonl"
     if out.memmap is not None:

@@ -61,3 +61,12 @@ def test_prompt_first_admits_no_more_than_max_num_seqs_running():
     admitted_at = next(i for i, batch in enumerate(got) if (2, 0, 4) in batch)
     assert all(len(batch) <= 2 for batch in got)
     assert admitted_at > 2 and out.summary["num_finished"] == 3
+
+
+def test_running_requests_count_prompt_only_steps_by_time():
+    # steps (1 s each): [0 prompt] [1 prompt] [0,1 decode] [0 decode]: batches of 1, 1, 2, 1
+    # requests; running during them 1, 2, 2, 1 (request 0 holds its KV through step 1)
+    out, _ = run(PromptFirstScheduler, SPECS)
+    assert out.summary["mean_batch_size"] == pytest.approx(5 / 4)
+    assert out.summary["mean_running_requests"] == pytest.approx(6 / 4)
+    assert list(out.steps["running_requests"]) == [1, 2, 2, 1]

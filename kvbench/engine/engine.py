@@ -68,6 +68,7 @@ class Engine:
                 continue
             t0 = time.perf_counter()
             batch = sched.schedule()
+            running_requests = len(sched.running)  # during this step, prompt-only steps included
             if not batch.chunks and not batch.swap_out and not batch.swap_in:
                 if not sched.has_work() or sched.preempted_now:  # all rejected, or retry after a preemption
                     continue
@@ -104,7 +105,8 @@ class Engine:
             recorder.step(index=step, start_s=start, batch=batch, result=result, usage=usage,
                           logical_slots=logical, num_running=len(sched.running),
                           num_waiting=len(sched.waiting), num_swapped=len(sched.swapped),
-                          num_preemptions=sched.num_preemptions, schedule_s=schedule_s)
+                          num_preemptions=sched.num_preemptions, schedule_s=schedule_s,
+                          running_requests=running_requests)
             step += 1
             if self.progress is not None:
                 self.progress(finished)
