@@ -4,7 +4,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: setup demo test test-slow bench bench-update bench-timings figs paper paper-quick gpu-check validate clean
+.PHONY: setup demo test test-slow bench bench-update bench-timings figs paper paper-quick gpu-check validate verify-results clean
 RESULTS ?= results/paper
 PAPER_HF_EXPERIMENTS := paper-token-time
 # Throughput studies on a fixed number of requests (no trace duration to scale)
@@ -74,6 +74,15 @@ paper-quick: setup
 	RESULTS=results JOBS=$(JOBS) EXPERIMENTS="$(PAPER_FIXED_EXPERIMENTS)" scripts/run_paper.sh progress=false workload.num_requests=100
 	RESULTS=results JOBS=1 EXPERIMENTS="$(PAPER_HF_EXPERIMENTS)" scripts/run_paper.sh progress=false workload.num_requests=4
 	$(MAKE) figs RESULTS=results
+
+# Rerun a seeded random sample of the committed simulated runs on the current code; fails on any
+# difference in their summary columns (scripts/verify_results.py names the excluded ones).
+VERIFY_SAMPLE ?= 8
+VERIFY_SEED ?= 0
+VERIFY_MAX_WALL ?= 30
+verify-results: setup
+	PYTHONPATH=. $(BIN)/python scripts/verify_results.py --root $(RESULTS) --sample $(VERIFY_SAMPLE) \
+		--seed $(VERIFY_SEED) --max-wall $(VERIFY_MAX_WALL)
 
 # The cost model against published measurements (kvbench/sim/measurements.csv).
 validate: setup

@@ -112,11 +112,19 @@ def rebuilt_overrides(row: dict, files: dict[str, list[Path]]) -> list[list[str]
 
 
 def _identity_matches(cfg, row: dict) -> bool:
-    """Whether a composed config names the row's model, GPU profile and workload."""
-    workload = cfg.workload.get("name")
-    base = cfg.workload.get("base")
-    return (cfg.model.name == row["model"] and (row.get("gpu_profile") in (None, cfg.gpu.name))
-            and str(row["workload"]).startswith(str(base or workload).split("-")[0]))
+    """Whether a composed config gives the row's model, GPU profile and every swept knob's value
+    (a knob its experiment does not sweep must still hold the row's value: beam width 6 is not
+    the parallel-sampling study's run)."""
+    if cfg.model.name != row["model"] or row.get("gpu_profile") not in (None, cfg.gpu.name):
+        return False
+    for key, column in SWEPT_COLUMN.items():
+        path = key.lstrip("+")
+        if path.split(".")[0] in ("allocator", "engine") and column in ("allocator_label", "kv_bytes"):
+            continue  # named by a config choice or rounded: matched when the overrides were built
+        value = OmegaConf.select(cfg, path, default=None)
+        if value is not None and column in row and not _matches(key, str(value), row):
+            return False
+    return True
 
 
 def compose(overrides: list[str], results_dir: str):
@@ -166,6 +174,11 @@ def verify(path: Path, files: dict[str, list[Path]]) -> Outcome:
             candidates = rebuilt_overrides(row, files)
         cfgs = [(c, compose(c, tmp)) for c in candidates]
         cfgs = [(c, cfg) for c, cfg in cfgs if recorded or _identity_matches(cfg, row)]
+        distinct = {}
+        for c, cfg in cfgs:  # two experiment files may compose the same job (n=1 and beam 1)
+            key = json.dumps(OmegaConf.to_container(cfg, resolve=False), sort_keys=True, default=str)
+            distinct.setdefault(key.replace(str(cfg.get("experiment_name")), ""), (c, cfg))
+        cfgs = list(distinct.values())
         if len(cfgs) != 1:
             return Outcome(path, candidates[0] if candidates else [],
                            error=f"{len(cfgs)} configs match this run (cannot rebuild its overrides)")
