@@ -112,10 +112,14 @@ def rebuilt_overrides(row: dict, files: dict[str, list[Path]]) -> list[list[str]
 
 
 def _identity_matches(cfg, row: dict) -> bool:
-    """Whether a composed config gives the row's model, GPU profile and every swept knob's value
+    """Whether a composed config gives the row's model, GPU profile, workload and every swept knob's value
     (a knob its experiment does not sweep must still hold the row's value: beam width 6 is not
     the parallel-sampling study's run)."""
     if cfg.model.name != row["model"] or row.get("gpu_profile") not in (None, cfg.gpu.name):
+        return False
+    stream = str(row["workload"]).split("(")[0].replace("-", "_")  # system_prompts(sharegpt,K=4)
+    workload = str(cfg.workload.name).replace("-", "_")
+    if stream != workload and not stream.startswith(workload + "_"):  # alpaca -> alpaca_synthetic
         return False
     for key, column in SWEPT_COLUMN.items():
         path = key.lstrip("+")
