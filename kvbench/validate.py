@@ -106,6 +106,9 @@ RULES: list[Rule] = [
     Rule("workload.beam_width", "int", low=1, high=1024, when=_has("workload.beam_width")),
     Rule("workload.seed", "int", low=0, high=2**63 - 1, when=_has("workload.seed")),
     Rule("workload.duration_s", "number", above=0, optional=True, when=_has("workload.duration_s")),
+    # sharegpt_matched: the paper's stated means it rescales the real lengths to
+    Rule("workload.target_mean_prompt", "number", above=0, high=1e6, when=_has("workload.target_mean_prompt")),
+    Rule("workload.target_mean_output", "number", above=0, high=1e6, when=_has("workload.target_mean_output")),
     # logger
     Rule("logger.max_step_logs", "int", low=0, when=_wandb),
 ]

@@ -70,3 +70,33 @@ def test_running_requests_count_prompt_only_steps_by_time():
     assert out.summary["mean_batch_size"] == pytest.approx(5 / 4)
     assert out.summary["mean_running_requests"] == pytest.approx(6 / 4)
     assert list(out.steps["running_requests"]) == [1, 2, 2, 1]
+
+
+@pytest.mark.parametrize("allocator,knobs", [("contiguous", {"reserve": "max"}), ("buddy", {"reserve": "max"}),
+                                             ("contiguous", {"reserve": "oracle"}), ("buddy", {"reserve": "pow2"})])
+def test_contiguous_samples_hold_their_regions_from_admission(allocator, knobs):
+    """n samples without shared blocks: the group gets all its regions at admission or waits, so
+    n=3 preempts no more than n=1 at the same load (a fork that finds no region used to preempt)."""
+    def preemptions(n):
+        alloc = build(allocator, 256, debug=True, block_size=4, max_model_len=64, **knobs)
+        engine = Engine(alloc, TokenPoolExecutor(256), SchedulerConfig(max_model_len=64, chunked_prefill=False),
+                        max_steps=5000, scheduler_cls=PromptFirstScheduler)
+        specs = [(6 + i % 5, 10 + i % 7, 0.5 * i, n) for i in range(24)]
+        out = engine.run(make_requests(specs))
+        assert out.summary["num_finished"] == 24
+        return out.summary["num_preemptions"]
+    assert preemptions(3) <= preemptions(1)
+
+
+def test_a_contiguous_group_that_cannot_hold_every_sample_waits():
+    # 64-slot regions (reserve max), a 192-slot pool: one n=3 group fills it; the second waits
+    # whole until the first has finished instead of being admitted and preempted at its forks
+    alloc = build("contiguous", 192, debug=True, block_size=4, reserve="max", max_model_len=64)
+    executor = TokenPoolExecutor(192)
+    engine = Engine(alloc, executor, SchedulerConfig(max_model_len=64, chunked_prefill=False), max_steps=1000,
+                    scheduler_cls=PromptFirstScheduler)
+    out = engine.run(make_requests([(5, 3, 0.0, 3), (4, 2, 0.0, 3)]))
+    assert out.summary["num_preemptions"] == 0 and out.summary["num_finished"] == 2
+    first_of_second = next(i for i, b in enumerate(executor.batches) if any(c.request_id == 1 for c in b.chunks))
+    last_of_first = max(i for i, b in enumerate(executor.batches) if any(c.request_id == 0 for c in b.chunks))
+    assert first_of_second > last_of_first

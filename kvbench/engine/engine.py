@@ -88,6 +88,7 @@ class Engine:
                 for s in g.seqs:
                     final_lens[s.seq_id] = g.kv_final_len
                     logical += s.num_computed
+            final_lens.update(sched.sample_holds.final_lens())
             usage = self.allocator.usage(final_lens)
             if self.memmap_every and step % self.memmap_every == 0:
                 self._snapshot(now, final_lens)
