@@ -189,10 +189,20 @@ def verify(path: Path, files: dict[str, list[Path]]) -> Outcome:
         overrides, cfg = cfgs[0]
         try:
             fresh = decode_nonfinite(json.loads(json.dumps(run(cfg, run_dir=Path(tmp) / "run"), default=str)))
+            fresh["allocator_label"] = _label(fresh, overrides)
         except Exception as exc:  # noqa: BLE001 - a rerun that fails is a finding, reported per run
             return Outcome(path, overrides, error=f"{type(exc).__name__}: {exc}".splitlines()[0])
     diffs, new_cols = compare(row, fresh)
     return Outcome(path, overrides, diffs, new_cols)
+
+
+def _label(fresh: dict, overrides: list[str]) -> str:
+    """The label the Hydra app gives (it reads the allocator config chosen on the command line,
+    which a run outside the app does not know)."""
+    from kvbench.naming import allocator_label
+
+    choice = next((o.split("=", 1)[1] for o in overrides if o.startswith("allocator=")), None)
+    return allocator_label(str(fresh["allocator"]), fresh.get("reserve"), choice)
 
 
 def sample(paths: list[Path], size: int, seed: int, max_wall: float | None, experiments: list[str]) -> list[Path]:

@@ -100,3 +100,32 @@ def test_a_contiguous_group_that_cannot_hold_every_sample_waits():
     first_of_second = next(i for i, b in enumerate(executor.batches) if any(c.request_id == 1 for c in b.chunks))
     last_of_first = max(i for i, b in enumerate(executor.batches) if any(c.request_id == 0 for c in b.chunks))
     assert first_of_second > last_of_first
+
+
+def test_static_batch_steps_carry_the_padded_rows():
+    from kvbench.engine.policies import PaddedRows, StaticUnpaddedScheduler
+
+    specs = [(5, 3, 0.0), (4, 1, 0.0), (4, 2, 0.5)]
+    alloc = build("contiguous", 256, debug=True, block_size=4, reserve="max", max_model_len=64)
+    executor = TokenPoolExecutor(256)
+    Engine(alloc, executor, SchedulerConfig(max_model_len=64, chunked_prefill=False), max_steps=100,
+           scheduler_cls=StaticBatchScheduler).run(make_requests(specs))
+    # batch 1: two rows padded to 5 prompt tokens, then decoded at positions 5 and 6 (request 1,
+    # done after its first token, still costs its row); batch 2: one row
+    assert [b.padding for b in executor.batches] == [PaddedRows(2, 5, 0), PaddedRows(2, 1, 5), PaddedRows(2, 1, 6),
+                                                      PaddedRows(1, 4, 0), PaddedRows(1, 1, 4)]
+    _, got = run(StaticUnpaddedScheduler, specs, allocator="contiguous")
+    assert got == [[(0, 0, 5), (1, 0, 4)], [(0, 5, 1)], [(0, 6, 1)], [(2, 0, 4)], [(2, 4, 1)]]
+
+
+def test_padding_costs_what_the_padded_tensor_batch_computes():
+    from kvbench.engine.policies import PaddedRows
+    from kvbench.sim.cost_model import StepSummary
+    from kvbench.sim.padding import padded_summary
+
+    live = StepSummary(block_size=16, num_tokens=1, num_seqs=1, num_sampled=1, num_draws=1, decode_pairs=21,
+                       decode_blocks=2)
+    padded = padded_summary(live, PaddedRows(rows=4, query_len=1, start_pos=40))
+    assert (padded.num_tokens, padded.num_seqs, padded.decode_pairs, padded.decode_blocks) == (4, 4, 164, 12)
+    prompt = padded_summary(StepSummary(block_size=16, num_tokens=9), PaddedRows(rows=3, query_len=5, start_pos=0))
+    assert (prompt.num_tokens, prompt.prefill_pairs, prompt.prefill_blocks) == (15, 45, 3)
