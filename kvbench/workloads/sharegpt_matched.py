@@ -4,12 +4,13 @@ LABELLED VARIANT, not the dataset as recorded. The PagedAttention paper states m
 161.31 and mean output 337.99 OPT tokens for its ShareGPT sample (section 6.1); the packaged
 records give 88 / 359 in the same (GPT-2 BPE) tokens under kvbench's pairing rule, and neither
 the tokenizer nor the file's subset explains the prompt gap (``scripts/sharegpt_length_gap.py``,
-docs/sharegpt_lengths.md). This workload keeps every real pair and its rank order and multiplies
-the prompt lengths by one factor and the output lengths by another (``round(c * length)``, at
-least 1: monotone, so the distribution's shape and its prompt/output pairing survive), then
-applies vLLM's filter. Each factor is found by bisection so that the filtered pool's mean hits
-``target_mean_prompt`` / ``target_mean_output``; the stated means are the only input taken
-from the paper, never its result figures. The factors go into the workload's metadata.
+docs/sharegpt_lengths.md). This workload keeps every real pair that passes vLLM's filter and its
+rank order, and rescales its lengths: output ``max(1, round(c_out * output))``, prompt
+``min(max(1, round(c_prompt * prompt)), 1024, 2048 - output')`` (clipped to vLLM's caps, so no
+pair is dropped). Both maps are monotone, so the shape of each distribution and the pairing of
+prompts with outputs survive. Each factor is found by bisection so that the pool's mean hits
+``target_mean_prompt`` / ``target_mean_output``; the stated means are the only input taken from
+the paper, never its result figures. The factors go into the workload's metadata.
 """
 from __future__ import annotations
 
@@ -32,34 +33,30 @@ DEFAULTS: dict[str, Any] = {
 }
 
 
-def _scaled(lengths: np.ndarray, factor: float) -> np.ndarray:
-    return np.maximum(1, np.rint(lengths * factor)).astype(np.int64)
+MAX_PROMPT, MAX_TOTAL = SHAREGPT_FILTER.max_prompt_len, SHAREGPT_FILTER.max_total_len
 
 
-def _filtered_means(prompt: np.ndarray, output: np.ndarray, cp: float, co: float, max_len: int) -> tuple[float, float]:
-    p, o = _scaled(prompt, cp), _scaled(output, co)
-    keep = SHAREGPT_FILTER.mask(p, o, max_len)
-    return (float(p[keep].mean()), float(o[keep].mean())) if keep.any() else (0.0, 0.0)
+def rescale(prompt: np.ndarray, output: np.ndarray, c_prompt: float, c_output: float) -> tuple[np.ndarray, np.ndarray]:
+    """The monotone maps of the module docstring (caps of vLLM's filter applied by clipping)."""
+    out = np.maximum(1, np.rint(output * c_output)).astype(np.int64)
+    cap = np.minimum(MAX_PROMPT, MAX_TOTAL - out)
+    return np.minimum(np.maximum(1, np.rint(prompt * c_prompt)).astype(np.int64), cap), out
 
 
 def _solve(mean_of, target: float) -> float:
-    """The factor in [0.05, 20] whose filtered mean is closest to target (bisection; the mean
-    rises with the factor until the filter's caps start dropping the longest pairs)."""
-    lo, hi = 0.05, 20.0
+    """The factor in [0.05, 50] whose mean is closest to target (bisection: the mean grows with it)."""
+    lo, hi = 0.05, 50.0
     for _ in range(60):
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if mean_of(mid) < target else (lo, mid)
     return (lo + hi) / 2
 
 
-def fit_factors(prompt: np.ndarray, output: np.ndarray, target_prompt: float, target_output: float,
-                max_len: int) -> tuple[float, float]:
-    """Prompt and output factors whose rescaled, filtered pool has the target means."""
-    cp, co = 1.0, 1.0
-    for _ in range(4):  # the filter couples the two (total <= 2048): alternate until settled
-        cp = _solve(lambda c: _filtered_means(prompt, output, c, co, max_len)[0], target_prompt)
-        co = _solve(lambda c: _filtered_means(prompt, output, cp, c, max_len)[1], target_output)
-    return cp, co
+def fit_factors(prompt: np.ndarray, output: np.ndarray, target_prompt: float, target_output: float) -> tuple[float, float]:
+    """Output factor, then prompt factor (the prompt's cap depends on the rescaled output)."""
+    c_output = _solve(lambda c: float(rescale(prompt, output, 1.0, c)[1].mean()), target_output)
+    c_prompt = _solve(lambda c: float(rescale(prompt, output, c, c_output)[0].mean()), target_prompt)
+    return c_prompt, c_output
 
 
 def build_sharegpt_matched(knobs: Knobs, common: CommonKnobs, count: int, limits: ModelLimits) -> PromptSet:
@@ -70,9 +67,13 @@ def build_sharegpt_matched(knobs: Knobs, common: CommonKnobs, count: int, limits
 
     path = files(__package__).joinpath("data", TABLES[table])
     prompt, output, provenance = load_lengths_table(path)
-    cp, co = fit_factors(prompt, output, target_prompt, target_output, limits.max_model_len)
+    keep = SHAREGPT_FILTER.mask(prompt, output, 1 << 30)  # the shipped tables hold filtered pairs already
+    prompt, output = prompt[keep], output[keep]
+    c_prompt, c_output = fit_factors(prompt, output, target_prompt, target_output)
+    scaled_prompt, scaled_output = rescale(prompt, output, c_prompt, c_output)
     meta = {"source": f"table:{TABLES[table]} rescaled", "length_tokenizer": table, "table": provenance,
-            "prompt_scale": cp, "output_scale": co, "target_mean_prompt": target_prompt,
-            "target_mean_output": target_output}
-    return sample_pairs("sharegpt-matched", _scaled(prompt, cp), _scaled(output, co), SHAREGPT_FILTER, count,
+            "prompt_scale": c_prompt, "output_scale": c_output, "target_mean_prompt": target_prompt,
+            "target_mean_output": target_output,
+            "prompts_clipped": int((scaled_prompt < np.rint(prompt * c_prompt)).sum())}
+    return sample_pairs("sharegpt-matched", scaled_prompt, scaled_output, SHAREGPT_FILTER, count,
                         common.seed, limits, None, meta, repeat=knobs.get_bool("repeat"))
