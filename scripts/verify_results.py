@@ -1,7 +1,7 @@
 """Rerun a random sample of committed runs on the current code and fail on any difference.
 
     PYTHONPATH=. .venv/bin/python scripts/verify_results.py [--root results/paper] [--sample 8]
-        [--seed 0] [--max-wall 30] [--experiment NAME ...] [--all] [--list-only]
+        [--seed 0] [--per-experiment K] [--max-wall 30] [--experiment NAME ...] [--list-only] [--json FILE]
 
 Each committed ``summary.json`` under ROOT is rerun from its own config: the Hydra overrides it
 recorded (``overrides``, written by every run since provenance was added), or, for runs older
@@ -205,8 +205,10 @@ def _label(fresh: dict, overrides: list[str]) -> str:
     return allocator_label(str(fresh["allocator"]), fresh.get("reserve"), choice)
 
 
-def sample(paths: list[Path], size: int, seed: int, max_wall: float | None, experiments: list[str]) -> list[Path]:
-    """A seeded random sample of the runs that pass the filters."""
+def sample(paths: list[Path], size: int, seed: int, max_wall: float | None, experiments: list[str],
+           per_experiment: int = 0) -> list[Path]:
+    """A seeded random sample of the runs that pass the filters (``per_experiment`` > 0: that
+    many from each experiment name instead)."""
     keep = []
     for path in paths:
         row = json.loads(path.read_text())
@@ -217,7 +219,13 @@ def sample(paths: list[Path], size: int, seed: int, max_wall: float | None, expe
         if max_wall is not None and float(row.get("wall_s") or 0.0) > max_wall:
             continue
         keep.append(path)
-    return keep if size <= 0 or size >= len(keep) else sorted(random.Random(seed).sample(keep, size))
+    rng = random.Random(seed)
+    if per_experiment > 0:
+        groups: dict[str, list[Path]] = {}
+        for path in keep:
+            groups.setdefault(json.loads(path.read_text())["experiment"], []).append(path)
+        return sorted(p for group in groups.values() for p in rng.sample(group, min(per_experiment, len(group))))
+    return keep if size <= 0 or size >= len(keep) else sorted(rng.sample(keep, size))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -225,6 +233,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--root", type=Path, default=ROOT / "results" / "paper")
     parser.add_argument("--sample", type=int, default=8, help="runs to rerun (0: every run that passes the filters)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random sample")
+    parser.add_argument("--per-experiment", type=int, default=0, help="sample this many runs of each experiment")
     parser.add_argument("--max-wall", type=float, default=None, help="skip runs whose recorded wall_s is above this")
     parser.add_argument("--experiment", nargs="*", default=[], help="only these experiment names")
     parser.add_argument("--list-only", action="store_true", help="print the sample and its overrides, run nothing")
@@ -233,7 +242,8 @@ def main(argv: list[str] | None = None) -> int:
     if not args.root.is_dir():
         print(f"verify-results: error: --root {args.root} is not a directory", file=sys.stderr)
         return 2
-    chosen = sample(committed_runs(args.root), args.sample, args.seed, args.max_wall, args.experiment)
+    chosen = sample(committed_runs(args.root), args.sample, args.seed, args.max_wall, args.experiment,
+                    args.per_experiment)
     if not chosen:
         print(f"verify-results: error: no committed run under {args.root} passes the filters", file=sys.stderr)
         return 2
