@@ -236,13 +236,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--per-experiment", type=int, default=0, help="sample this many runs of each experiment")
     parser.add_argument("--max-wall", type=float, default=None, help="skip runs whose recorded wall_s is above this")
     parser.add_argument("--experiment", nargs="*", default=[], help="only these experiment names")
+    parser.add_argument("--run", nargs="*", default=[], help="only these run ids")
     parser.add_argument("--list-only", action="store_true", help="print the sample and its overrides, run nothing")
     parser.add_argument("--json", type=Path, default=None, help="write each run's outcome to this JSON file")
     args = parser.parse_args(argv)
     if not args.root.is_dir():
         print(f"verify-results: error: --root {args.root} is not a directory", file=sys.stderr)
         return 2
-    chosen = sample(committed_runs(args.root), args.sample, args.seed, args.max_wall, args.experiment,
+    paths = [p for p in committed_runs(args.root) if not args.run or p.parent.name in args.run]
+    chosen = sample(paths, args.sample, args.seed, args.max_wall, args.experiment,
                     args.per_experiment)
     if not chosen:
         print(f"verify-results: error: no committed run under {args.root} passes the filters", file=sys.stderr)
