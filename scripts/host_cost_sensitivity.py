@@ -1,7 +1,7 @@
 """The headline's sensitivity to the paper-era host costs that no published measurement fixes.
 
     PYTHONPATH=. .venv/bin/python scripts/host_cost_sensitivity.py [--duration 600] [--seed 0]
-        [--workload sharegpt] [--out FILE.md]
+        [--workload sharegpt|sharegpt_matched] [--base-only] [--out FILE.md]
 
 Each constant of ``conf/system/vllm-2023.yaml`` that is an assumption or derived from one
 (``step_overhead_s``, ``seq_overhead_s``, ``sample_host_s``) is run at half and at double its
@@ -54,13 +54,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--duration", type=float, default=600.0)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--workload", default="sharegpt", help="sharegpt or sharegpt_matched")
+    parser.add_argument("--base-only", action="store_true", help="only the configured values (no variants)")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
     system = OmegaConf.load(CONF_DIR / "system" / "vllm-2023.yaml").system
     common = ["experiment=paper-batch-sharegpt", f"seed={args.seed}", f"workload.duration_s={args.duration:g}",
               f"workload={args.workload}"]
     variants = [("as configured", [])]
-    for key in ASSUMPTIONS:
+    for key in () if args.base_only else ASSUMPTIONS:
         for factor in FACTORS:
             value = float(system[key]) * factor
             variants.append((f"{key} x{factor:g} ({value:.3g} s)", [f"system.{key}={value!r}"]))
