@@ -54,7 +54,7 @@ SUMMARY_COLUMNS: tuple[str, ...] = (
     "mean_ttft_s", "p99_ttft_s", "mean_tpot_s", "p99_tpot_s", "mean_e2e_s",
     "normalized_latency_s",
     # batching
-    "mean_batch_size", "max_batch_size", "mean_running_requests",
+    "mean_batch_size", "max_batch_size",
     # memory
     "mem_token_frac", "mem_reserved_frac", "mem_internal_frac", "mem_external_frac",
     # pressure and sharing
