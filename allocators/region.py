@@ -74,6 +74,7 @@ class _Region:
 class RegionAllocator(Allocator):
     """One contiguous, block-aligned region per sequence; see the module docstring."""
 
+    forks_share_blocks = False  # a fork copies into its own region (kvbench.engine.sample_holds)
     _max_region_blocks: int  # the largest region the pool can ever hand out
     _usable_blocks: int  # blocks that free space and regions cover (buddy may leave some out)
 

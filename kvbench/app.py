@@ -40,6 +40,7 @@ from kvbench.geometry import KVGeometry
 from kvbench import signals
 from kvbench.rundir import discard, discard_sweep, hold_run_lock
 from kvbench.signals import Terminated
+from kvbench.provenance import provenance
 
 KVBENCH_ERRORS: tuple[type[Exception], ...] = (ConfigError, AllocatorError)
 
@@ -238,6 +239,7 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None, logger=None, run_id:
     summary = _identity(cfg, prep, run_id) | out.summary | _serving(cfg, out) | _extras(cfg, prep, out)
     summary["granularity"] = granularity(summary)
     summary["wall_s"] = time.perf_counter() - wall0
+    summary |= provenance()
     run_dir = Path(run_dir) if run_dir is not None else Path(cfg.results_dir) / "runs" / str(cfg.experiment_name) / run_id
     index = Path(cfg.results_dir) / "index.jsonl"
     if out.memmap is not None:

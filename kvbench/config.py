@@ -57,7 +57,7 @@ def validate(cfg) -> None:
     _choice(cfg, "engine.attention", eng.attention, ("auto", "torch", "triton"))
     _choice(cfg, "engine.device", eng.device, ("auto", "cpu", "cuda"))
     _choice(cfg, "engine.chunked_prefill", eng.chunked_prefill, (True, False))
-    _choice(cfg, "engine.batching", eng.get("batching", "continuous"), ("continuous", "static"))
+    _choice(cfg, "engine.batching", eng.get("batching", "continuous"), ("continuous", "static", "static_unpadded"))
     system = cfg.get("system")
     if system is not None:
         _choice(cfg, "system.scheduling", system.get("scheduling"), ("mixed", "prompt_first"))

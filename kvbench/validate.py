@@ -120,6 +120,9 @@ RULES: list[Rule] = [
     # model: MLA and other K/V head sizes of their own (kvbench.geometry)
     *(Rule(f"model.{key}", "int", low=1, high=1_000_000, optional=True, when=_has(f"model.{key}"))
       for key in ("v_head_size", "kv_lora_rank", "qk_rope_head_dim", "q_lora_rank")),
+    # sharegpt_matched: the paper's stated means it rescales the real lengths to
+    Rule("workload.target_mean_prompt", "number", above=0, high=1e6, when=_has("workload.target_mean_prompt")),
+    Rule("workload.target_mean_output", "number", above=0, high=1e6, when=_has("workload.target_mean_output")),
     # logger
     Rule("logger.max_step_logs", "int", low=0, when=_wandb),
     # load mode and tracker console (issue 26)

@@ -3,6 +3,15 @@ next to the PagedAttention paper's (Kwon et al., SOSP 2023, section 6), from res
 
 Rows at the paper's own operating points (ShareGPT 2 req/s, Alpaca 30 req/s; mean and
 standard deviation over seeds) and, labelled "saturation", at loads that keep every pool full.
+ShareGPT rows come twice where both were run: on the packaged records ("packaged") and on the
+labelled length-matched variant (``sharegpt_matched``: the same records rescaled to the paper's
+stated mean lengths).
+
+Batched requests (Figure 13) are ``mean_running_requests``: the time-weighted mean of requests
+in the running state, which is what a count of "batched requests" over a trace measures in a
+system whose prompt-only steps leave the decoding requests out of that step's batch (vLLM 0.1);
+``mean_batch_size`` (requests in each step's batch, averaged over steps) is used only for runs
+that predate the running-requests column, and the row says so.
 
 Sustainable rate: walking up the swept rates of one allocator, the last rate before the first
 whose normalized latency exceeds twice its latency at the lowest rate. A saturated point never
@@ -19,11 +28,22 @@ import pandas as pd
 from paper_figs.common import allocator_label
 from kvbench.results import load_index
 
-PAPER = {  # quoted from the paper's text (section 6)
+PAPER = {  # quoted from the paper's text (section 6) and the vLLM announcement (June 2023)
     "batch_vs_oracle": "2.2x", "batch_vs_max": "4.3x",
     "rate_vs_oracle": "1.7-2.7x", "rate_vs_max": "2.7-8x",
-    "parallel": "6.1-9.8%", "beam": "37.6-55.2%",
+    "parallel": "n 2/4/6: 6.1/8.5/9.8%", "beam": "width 2/4/6: 37.6/53.1/55.2%",
+    "announce_static-max_1": "14-24x (HF)", "announce_tgi-max_1": "2.2-2.5x (TGI)",
+    "announce_static-max_3": "8.5-15x (HF)", "announce_tgi-max_3": "3.3-3.5x (TGI)",
 }
+BATCH_STUDIES = (("paper-batch", "paper rate", "packaged"), ("paper-batch-matched", "paper rate", "length-matched"),
+                 ("paper-sat", "saturation", "packaged"))
+
+
+def batch_column(runs: pd.DataFrame) -> tuple[str, str]:
+    """The Figure 13 measure these runs have: running requests, or the step mean of older runs."""
+    if "mean_running_requests" in runs and runs["mean_running_requests"].notna().all():
+        return "mean_running_requests", "mean running requests (time-weighted)"
+    return "mean_batch_size", "mean batch size (step mean: runs without mean_running_requests)"
 
 
 def _rows(index: pd.DataFrame, experiment: str) -> pd.DataFrame:
@@ -66,7 +86,7 @@ def _ratio(sub: pd.DataFrame, top: str, base: str, column: str) -> str | None:
 
 def headline(index: pd.DataFrame) -> pd.DataFrame:
     rows = []
-    for exp, when in (("paper-batch", "paper rate"), ("paper-sat", "saturation")):
+    for exp, when, data in BATCH_STUDIES:
         runs = _rows(index, exp)
         if runs.empty:
             continue
@@ -76,18 +96,20 @@ def headline(index: pd.DataFrame) -> pd.DataFrame:
             if sub.empty:
                 continue
             rate = f"{float(sub['request_rate'].iloc[0]):g} req/s, {when}"
+            stream = f"ShareGPT ({data})" if wl == "sharegpt" else "Alpaca"
             if wl == "sharegpt":
                 for label, g in sub.groupby("label"):
-                    rows.append((f"KV memory holding tokens, ShareGPT {rate} (OPT-13B)", label,
+                    rows.append((f"KV memory holding tokens, {stream} {rate} (OPT-13B)", label,
                                  _mean_sd(g["mem_token_frac"], "{:.1f}%", 100), "Orca 20-38%, vLLM 96%"))
+            column, what = batch_column(sub)
             for base, key in (("Orca (Oracle)", "batch_vs_oracle"), ("Orca (Pow2)", None), ("Orca (Max)", "batch_vs_max")):
-                text = _ratio(sub, "paged (16)", base, "mean_batch_size")
+                text = _ratio(sub, "paged (16)", base, column)
                 if text:
                     paper = PAPER[key] if (wl == "sharegpt" and key) else "-"
-                    rows.append((f"mean batched requests, paged (16) / {base}, {wl} {rate} (OPT-13B)",
+                    rows.append((f"{what}, paged (16) / {base}, {stream} {rate} (OPT-13B)",
                                  "paged (16)", text, paper))
     for setup in ("opt13b", "opt66b", "opt175b"):
-        for wl in ("sharegpt", "alpaca"):
+        for wl in ("sharegpt", "sharegpt-matched", "alpaca"):
             sub = _rows(index, f"paper-rate-{setup}-{wl}")
             if sub.empty:
                 continue
@@ -98,7 +120,7 @@ def headline(index: pd.DataFrame) -> pd.DataFrame:
                     ceiling = " (at least: paged never saturated in the sweep)" if paged >= sub["request_rate"].max() else ""
                     rows.append((f"sustainable rate, paged (16) / {base}, {setup} {wl}", "paged (16)",
                                  f"{paged / rates[base]:.2f}x ({paged:g} vs {rates[base]:g} req/s){ceiling}",
-                                 PAPER[key] if wl == "sharegpt" else "-"))
+                                 PAPER[key] if wl.startswith("sharegpt") else "-"))
     sharing = _rows(index, "paper-sharing")
     paged_sharing = sharing[sharing["allocator"] == "paged"]
     for knob, key in (("n", "parallel"), ("beam_width", "beam")):
@@ -110,7 +132,23 @@ def headline(index: pd.DataFrame) -> pd.DataFrame:
             vals = sub.sort_values(knob)
             text = ", ".join(f"{int(k)}: {100 * v:.1f}%" for k, v in zip(vals[knob], vals["sharing_saving_frac"]))
             rows.append((f"memory saved by sharing, {knob} (Alpaca, OPT-13B)", "paged (16)", text, PAPER[key]))
+    rows += announcement(index)
     return pd.DataFrame(rows, columns=["measure", "allocator", "kvbench (simulated A100)", "paper"])
+
+
+def announcement(index: pd.DataFrame) -> list[tuple]:
+    """Throughput of paged over the HF-style (static-max) and TGI-style (tgi-max) baselines, n = 1 and 3."""
+    runs = _rows(index, "paper-announce")
+    out = []
+    if runs.empty or "baseline" not in runs:
+        return out
+    for (model, n), sub in runs.groupby(["model", "n"]):
+        by = sub.groupby("baseline")["request_throughput"].mean()
+        for base in ("static-max", "tgi-max"):
+            if "paged" in by and base in by and by[base] > 0:
+                out.append((f"throughput, paged / {base}, {model}, n={int(n)} (ShareGPT, 1,000 requests at once)",
+                            "paged (16)", f"{by['paged'] / by[base]:.2f}x", PAPER.get(f"announce_{base}_{int(n)}", "-")))
+    return out
 
 
 def lengths(index: pd.DataFrame) -> pd.DataFrame:

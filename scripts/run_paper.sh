@@ -8,7 +8,8 @@ JOBS=${JOBS:-2}
 KVBENCH=${KVBENCH:-.venv/bin/kvbench}
 ONLY_GIVEN=${EXPERIMENTS:+1}  # a caller's EXPERIMENTS runs only those (no beyond block)
 EXPERIMENTS=${EXPERIMENTS:-"paper-batch-sharegpt paper-batch-alpaca paper-breakdown paper-sat-alpaca
-  paper-rate-opt13b-sharegpt paper-rate-opt66b-sharegpt paper-rate-opt175b-sharegpt
+  paper-batch-sharegpt-matched paper-rate-opt13b-sharegpt paper-rate-opt13b-sharegpt-matched
+  paper-rate-opt66b-sharegpt paper-rate-opt175b-sharegpt
   paper-rate-opt13b-alpaca paper-rate-opt66b-alpaca paper-rate-opt175b-alpaca
   paper-rate-parallel paper-rate-beam paper-sharing-parallel paper-sharing-beam paper-sharing-prefix
   paper-rate-prefix paper-rate-chat paper-block-size paper-block-rate-sharegpt paper-block-rate-alpaca

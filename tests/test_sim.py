@@ -336,4 +336,4 @@ def test_system_profile_host_costs_take_precedence_and_scale_with_the_batch():
     extra = step_time(paper, step)["overhead_s"] - step_time(base, step)["overhead_s"]
     assert extra == pytest.approx(2e-3 + 10 * 3.5e-5)
     sampling = step_time(paper, step)["sampling_s"] - step_time(base, step)["sampling_s"]
-    assert sampling == pytest.approx(10 * (1.75e-4 - 1e-6))
+    assert sampling == pytest.approx(10 * (2.73e-4 - 1e-6))

@@ -346,5 +346,5 @@ def test_dataset_path_needs_a_tokenizer(sharegpt_30):
 
 
 def test_unknown_tokenizer_directory(sharegpt_30, tmp_path):
-    with pytest.raises(WorkloadError, match="not 'smollm2' and not a local directory"):
+    with pytest.raises(WorkloadError, match="not 'smollm2', not 'gpt2' and not a local directory"):
         build(str(tmp_path / "missing"), name="sharegpt", path=str(sharegpt_30))

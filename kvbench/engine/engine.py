@@ -74,6 +74,7 @@ class Engine:
                 continue
             t0 = time.perf_counter()
             batch = sched.schedule()
+            running_requests = len(sched.running)  # during this step, prompt-only steps included
             if not batch.chunks and not batch.swap_out and not batch.swap_in:
                 if not sched.has_work() or sched.preempted_now:  # all rejected, or retry after a preemption
                     continue
@@ -93,6 +94,7 @@ class Engine:
                 for s in g.seqs:
                     final_lens[s.seq_id] = g.kv_final_len
                     logical += s.num_computed
+            final_lens.update(sched.sample_holds.final_lens())
             usage = self.allocator.usage(final_lens)
             if self.memmap_every and step % self.memmap_every == 0:
                 self._snapshot(now, final_lens)
@@ -110,7 +112,8 @@ class Engine:
             recorder.step(index=step, start_s=start, batch=batch, result=result, usage=usage,
                           logical_slots=logical, num_running=len(sched.running),
                           num_waiting=len(sched.waiting), num_swapped=len(sched.swapped),
-                          num_preemptions=sched.num_preemptions, schedule_s=schedule_s)
+                          num_preemptions=sched.num_preemptions, schedule_s=schedule_s,
+                          running_requests=running_requests)
             step += 1
             if self.progress is not None:
                 self.progress(finished)

@@ -10,13 +10,36 @@
                   scheduler did, so every running sequence fits in the next decode step.
     static        static batching (FasterTransformer, HF ``generate``): a batch is admitted
                   only when the previous one has entirely finished; nothing joins a running
-                  batch. Finished members stop costing compute (an optimistic reading of
-                  padding-based servers).
+                  batch. Its compute is that of a padded tensor batch: every prompt padded to
+                  the batch's longest, every row (each sample of each request) decoded until
+                  the longest output ends, finished rows included. Each step carries those
+                  rows (``PaddedRows``) for the executor's cost; the memory books are the
+                  allocator's as for every style.
+    static_unpadded  the same admission, but only live tokens cost compute (the optimistic
+                  reading kvbench used before; kept to show what padding contributes).
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, fields
+
 from kvbench.batch import StepBatch
 from kvbench.engine.scheduler import Scheduler
+
+
+@dataclass(frozen=True, slots=True)
+class PaddedRows:
+    """What a padded static batch computes in one step: ``rows`` rows of ``query_len`` tokens
+    at positions from ``start_pos``, each sampled (the prompt step: the longest prompt from 0;
+    decode step k: one token at the longest prompt + k - 1)."""
+
+    rows: int
+    query_len: int
+    start_pos: int
+
+
+@dataclass(slots=True)
+class PaddedStepBatch(StepBatch):
+    padding: PaddedRows | None = None
 
 
 class PromptFirstScheduler(Scheduler):
@@ -52,7 +75,33 @@ class PromptFirstScheduler(Scheduler):
 
 
 class StaticBatchScheduler(Scheduler):
-    """A new batch only when the running one has finished (see module docstring)."""
+    """A new batch only when the running one has finished; padded compute (see module docstring)."""
+
+    _rows = 0  # rows of the running static batch (samples or beams of each request)
+    _longest_prompt = 0
+    _decode_steps = 0
+
+    def schedule(self) -> StepBatch:
+        fresh = not self.running
+        batch = super().schedule()
+        if not batch.chunks:
+            return batch
+        if fresh:  # a new batch was admitted: its prompts, padded to the longest
+            self._rows = sum(group.width for group in self.running)
+            self._longest_prompt = max(group.request.prompt_len for group in self.running)
+            self._decode_steps = 0
+            rows = PaddedRows(self._rows, self._longest_prompt, 0)
+        else:
+            self._decode_steps += 1
+            rows = PaddedRows(self._rows, 1, self._longest_prompt + self._decode_steps - 1)
+        return PaddedStepBatch(**{f.name: getattr(batch, f.name) for f in fields(StepBatch)}, padding=rows)
+
+    def _admission_open(self) -> bool:
+        return not self.running
+
+
+class StaticUnpaddedScheduler(Scheduler):
+    """Static admission, live tokens only (see module docstring)."""
 
     def _admission_open(self) -> bool:
         return not self.running
@@ -62,13 +111,15 @@ SCHEDULERS: dict[str, type[Scheduler]] = {
     "mixed": Scheduler,
     "prompt_first": PromptFirstScheduler,
     "static": StaticBatchScheduler,
+    "static_unpadded": StaticUnpaddedScheduler,
 }
+BATCHING = ("continuous", "static", "static_unpadded")
 
 
 def scheduler_class(scheduling: str, batching: str = "continuous") -> type[Scheduler]:
     """The Scheduler subclass for a system's scheduling style and an engine batching mode."""
-    if batching not in ("continuous", "static"):
-        raise ValueError(f"engine.batching must be one of ['continuous', 'static'], got {batching!r}")
+    if batching not in BATCHING:
+        raise ValueError(f"engine.batching must be one of {list(BATCHING)}, got {batching!r}")
     if scheduling not in ("mixed", "prompt_first"):
         raise ValueError(f"system.scheduling must be one of ['mixed', 'prompt_first'], got {scheduling!r}")
-    return SCHEDULERS["static" if batching == "static" else scheduling]
+    return SCHEDULERS[scheduling if batching == "continuous" else batching]

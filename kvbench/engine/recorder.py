@@ -40,6 +40,7 @@ class Recorder:
         num_swapped: int,
         num_preemptions: int,
         schedule_s: float,
+        running_requests: int | None = None,
     ) -> None:
         col = self.steps
         chunks = batch.chunks
@@ -67,6 +68,7 @@ class Recorder:
         for key in TIMING_KEYS[:-1]:
             col[key].append(timings.get(key, math.nan))
         col["schedule_s"].append(schedule_s)
+        col["running_requests"].append(num_running if running_requests is None else running_requests)
 
     def steps_frame(self) -> pd.DataFrame:
         return pd.DataFrame(self.steps)
@@ -118,6 +120,14 @@ def _none_if_nan(x: float) -> float | None:
     return None if x is None or (isinstance(x, float) and math.isnan(x)) else float(x)
 
 
+def mean_running_requests(steps: pd.DataFrame, weights: np.ndarray) -> float:
+    """Requests in the running state during each step (holding KV, whether or not the step
+    computes for them: a paper-era prompt-only step leaves the decoding ones out of its batch),
+    averaged over time: weighted by step duration, so a short prompt-only step weighs what it
+    lasts. ``mean_batch_size`` instead averages the requests in each step's batch over steps."""
+    return float(np.average(steps["running_requests"].to_numpy(), weights=weights))
+
+
 def summarize(steps: pd.DataFrame, requests: pd.DataFrame, *, num_preemptions: int,
               prefix_hit_rate: float | None, percentiles=DEFAULT_PERCENTILES,
               goodput: dict[str, float] | None = None) -> dict:
@@ -149,6 +159,7 @@ def summarize(steps: pd.DataFrame, requests: pd.DataFrame, *, num_preemptions: i
         weights = steps["step_s"].to_numpy()
         if weights.sum() <= 0:
             weights = np.ones(len(steps))
+        out["mean_running_requests"] = mean_running_requests(steps, weights)
         for key in MEM_KEYS:
             out[key] = float(np.average(steps[key].to_numpy(), weights=weights))
         cached = steps["mem_cached_frac"].to_numpy()  # NaN where the allocator caches nothing
@@ -157,7 +168,8 @@ def summarize(steps: pd.DataFrame, requests: pd.DataFrame, *, num_preemptions: i
         physical = float(np.dot(steps["token_slots"].to_numpy(), weights))
         out["sharing_saving_frac"] = (logical - physical) / logical if logical > 0 else None
     else:
-        out.update({"mean_batch_size": None, "max_batch_size": None, "sharing_saving_frac": None})
+        out.update({"mean_batch_size": None, "max_batch_size": None, "sharing_saving_frac": None,
+                    "mean_running_requests": None})
         out.update({key: None for key in (*MEM_KEYS, "mem_cached_frac")})
     out["num_preemptions"] = num_preemptions
     out["prefix_hit_rate"] = _none_if_nan(prefix_hit_rate)

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from allocators.base import Allocator, Fit
 from kvbench.batch import SeqChunk, StepBatch, SwapOp
 from kvbench.engine.restore import ForkTree, plan_restore
+from kvbench.engine.sample_holds import SampleHolds
 from kvbench.engine.sequence import Group, GroupStatus, Seq
 
 
@@ -86,6 +87,7 @@ class Scheduler:
         self.num_swapped_in_slots = 0
         self._pending_forks: dict[int, list[_PendingFork]] = {}  # request_id -> forks to make
         self._next_seq_id = 0
+        self.sample_holds = SampleHolds(allocator, self.new_seq_id)  # samples' regions, where forks copy
         # per-step scratch
         self._swap_out: list[SwapOp] = []
         self._swap_in: list[SwapOp] = []
@@ -248,6 +250,7 @@ class Scheduler:
         forks.append(_PendingFork(parent, child, len(parent.tokens) - 1))
 
     def finish(self, group: Group, now: float) -> None:
+        self.sample_holds.release_all(group)
         for seq in group.seqs:
             self.allocator.free(seq.seq_id)
         group.status = GroupStatus.FINISHED
@@ -275,6 +278,7 @@ class Scheduler:
                 parent = fork.parent
                 if parent.seq_id not in live or parent.seq_id in busy or parent.num_computed != fork.at:
                     continue
+                self.sample_holds.release_one(group)
                 if not self.allocator.fork(parent.seq_id, fork.child.seq_id, group.kv_final_len):
                     raise _OutOfMemory
                 forks.remove(fork)
@@ -357,6 +361,7 @@ class Scheduler:
 
     # -- preemption --------------------------------------------------------------------------
     def _preempt(self, group: Group) -> None:
+        self.sample_holds.release_all(group)
         self.running.remove(group)
         self._preempted_now = True
         self.num_preemptions += 1
@@ -413,6 +418,7 @@ class Scheduler:
         return busy
 
     def _reject_running(self, group: Group) -> None:
+        self.sample_holds.release_all(group)
         for seq in group.seqs:
             self.allocator.free(seq.seq_id)
         self.running.remove(group)
@@ -456,8 +462,10 @@ class Scheduler:
             return None
         chunks: list[SeqChunk] = []
         try:
+            self._hold_samples(group)
             self._chunks_for(group, budget, seq_budget, chunks)
-        except _OutOfMemory:  # its sequences fit, their next tokens not yet: undo it all
+        except _OutOfMemory:  # its sequences (or its samples' regions) fit, their next tokens not yet: undo it all
+            self.sample_holds.release_all(group)
             for seq in group.seqs:
                 self.allocator.free(seq.seq_id)
             self.allocator.take_copy_ops()
@@ -476,6 +484,14 @@ class Scheduler:
         group.status = GroupStatus.RUNNING
         self._insert_running(group)
         return chunks
+
+    def _hold_samples(self, group: Group) -> None:
+        """Without shared blocks a group admits the regions of all its samples or none
+        (``kvbench.engine.sample_holds``)."""
+        holds = self.sample_holds
+        need = holds.needed(group, len(self._pending_forks.get(group.request_id, ())))
+        if need and not holds.take(group, need, self.cfg.max_model_len):
+            raise _OutOfMemory
 
     def _restore(self, group: Group, host: dict[int, int] | None) -> tuple[Fit, dict[int, int]]:
         """Admit a group (new, preempted by recompute, or swapped out: ``host`` maps seq_id to the

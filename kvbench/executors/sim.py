@@ -11,6 +11,7 @@ import random
 from kvbench.batch import StepBatch, StepResult
 from kvbench.hf.cost_view import cost_params
 from kvbench.sim.cost_model import TIMING_KEYS, step_time, summarize
+from kvbench.sim.padding import padded_summary
 
 
 class SimExecutor:
@@ -24,7 +25,11 @@ class SimExecutor:
         self._rng = random.Random(seed)
 
     def execute(self, batch: StepBatch) -> StepResult:
-        times = step_time(self.params, summarize(batch))
+        summary = summarize(batch)
+        padding = getattr(batch, "padding", None)  # a padded static batch computes more than its chunks
+        if padding is not None:
+            summary = padded_summary(summary, padding)
+        times = step_time(self.params, summary)
         next_tokens: dict[int, int] = {}
         top_logprobs: dict[int, list[tuple[int, float]]] = {}
         extra_tokens: dict[int, list[int]] = {}

@@ -29,8 +29,8 @@ import numpy as np
 
 from kvbench.requests import Request
 
-from . import (alpaca, arxiv, azure, chat_history, mooncake, multiturn, sharegpt, shared_prefix, synthetic,
-               system_prompts)
+from . import (alpaca, arxiv, azure, chat_history, mooncake, multiturn, sharegpt, sharegpt_matched, shared_prefix,
+               synthetic, system_prompts)
 from .common import (COMMON_DEFAULTS, CommonKnobs, Knobs, ModelLimits, PromptSet, Workload, WorkloadError,
                      arrival_times, length_stats)
 from .tokenizer import SMOLLM2, load_tokenizer
@@ -85,6 +85,8 @@ WORKLOADS: dict[str, WorkloadSpec] = {
         system_prompts.make_system_prompts_builder(_base_builder, tuple(spec.name for spec in _BASES))),
     "multiturn": WorkloadSpec("multiturn", multiturn.DEFAULTS, multiturn.build_multiturn),
     "sharegpt_chat": WorkloadSpec("sharegpt_chat", chat_history.DEFAULTS, chat_history.build_chat_history),
+    "sharegpt_matched": WorkloadSpec("sharegpt_matched", sharegpt_matched.DEFAULTS,
+                                     sharegpt_matched.build_sharegpt_matched),
     # production traces (see kvbench.workloads.traces)
     **{name: WorkloadSpec(name, azure.DEFAULTS, azure.make_builder(name), replays_trace=True)
        for name in azure.SHIPPED},

