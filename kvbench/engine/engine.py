@@ -155,41 +155,45 @@ class Engine:
 
     def _process(self, batch: StepBatch, result: StepResult, now: float) -> int:
         """Append sampled tokens, fork samples and beams, finish groups; returns groups finished."""
-        by_request: dict[int, Group] = {g.request_id: g for g in self.scheduler.running}
+        sched = self.scheduler
+        by_request: dict[int, Group] = {g.request_id: g for g in sched.running}
         touched: dict[int, Group] = {}
         for chunk in batch.chunks:
             if chunk.sample:
-                group = by_request[chunk.request_id]
-                touched[group.request_id] = group
+                rid = chunk.request_id
+                if rid not in touched:
+                    touched[rid] = by_request[rid]
         finished = 0
         for group in touched.values():
             if group.is_beam:
                 self._beam_step(group, result)
             else:
                 self._sample_step(group, result)
-            for seq in (*group.seqs, *self.scheduler.pending_seqs(group)):
+            forking = sched.has_pending_forks(group)
+            for seq in (*group.seqs, *sched.pending_seqs(group)) if forking else group.seqs:
                 if seq.num_generated > len(seq.token_times):
                     seq.token_times.append(now)
             if group.first_token_s is None:
                 group.first_token_s = now
-            if group.done and not self.scheduler.has_pending_forks(group):
+            if not forking and group.done:
                 group.best_tokens = max(group.seqs, key=lambda s: s.cum_logprob).tokens
-                self.scheduler.finish(group, now)
+                sched.finish(group, now)
                 finished += 1
                 if group.request.follow_up is not None:
                     self._released.append(next_turn(group.request, group.best_tokens, now))
         return finished
 
     def _sample_step(self, group: Group, result: StepResult) -> None:
-        output_len = group.request.output_len
+        output_len = group.output_len
         stop_ids = self.cfg.stop_token_ids
-        for seq in list(group.seqs):
-            token = result.next_tokens.get(seq.seq_id)
+        next_tokens = result.next_tokens
+        for seq in list(group.seqs) if stop_ids else group.seqs:  # a stop may free a sequence
+            token = next_tokens.get(seq.seq_id)
             if token is None:
                 continue
             seq.tokens.append(token)
             seq.num_generated += 1
-            if token in stop_ids:
+            if stop_ids and token in stop_ids:
                 seq.stopped = True
                 self._release_stopped(group, seq)
             if not group.forked:

@@ -141,7 +141,8 @@ class Scheduler:
             group_chunks: list[SeqChunk] = []
             while True:
                 try:
-                    self._do_pending_forks(group, group_chunks)
+                    if group.request_id in self._pending_forks:
+                        self._do_pending_forks(group, group_chunks)
                     self._chunks_for(group, budget, seq_budget, group_chunks)
                     break
                 except _OutOfMemory:
@@ -160,9 +161,11 @@ class Scheduler:
                     # the victim arrived later, so it sits after i and was not scheduled yet
             if group.status is not GroupStatus.RUNNING:
                 continue
-            chunks.extend(group_chunks)
-            budget -= sum(c.query_len for c in group_chunks)
-            seq_budget -= len(group_chunks)
+            if group_chunks:
+                chunks.extend(group_chunks)
+                for c in group_chunks:
+                    budget -= len(c.token_ids)
+                seq_budget -= len(group_chunks)
             i += 1
 
         closed = self._preempted_now or self._exclusive_running()
@@ -306,53 +309,55 @@ class Scheduler:
         cannot all finish their pending tokens in this step, each holds its last one back.
         """
         allocator = self.allocator
-        budget -= sum(c.query_len for c in chunks)
-        seq_budget -= len(chunks)
+        if chunks:
+            for c in chunks:
+                budget -= len(c.token_ids)
+            seq_budget -= len(chunks)
         hold_back = 0  # tokens each sequence keeps pending, so that beams sample in the same step
-        stops = self._fork_points(group)
-        if group.is_beam and group.forked and stops:
-            hold_back = 1  # beams still to fork: none samples before all of them are back
-        elif group.is_beam and group.forked:
-            if chunks:
+        stops = self._fork_points(group) if group.request_id in self._pending_forks else None
+        if group.is_beam and group.forked:
+            if stops:
+                hold_back = 1  # beams still to fork: none samples before all of them are back
+            elif chunks:
                 hold_back = 0 if all(c.sample for c in chunks) else 1
             else:
                 todo = [s.pending for s in group.seqs if s.pending > 0]
                 hold_back = 0 if sum(todo) <= budget and len(todo) <= seq_budget else 1
-        output_len = group.request.output_len
-        may_chunk = self._may_chunk(group)
+        request = group.request
+        output_len = group.output_len
+        tables = self.need_block_tables
         for seq in group.seqs:
-            pending = seq.pending - hold_back
-            stop = stops.get(seq.seq_id)
-            if stop is not None:
-                pending = min(pending, stop - seq.num_computed)
-            if pending <= 0 or group.seq_finished(seq):  # finished samples wait for the group
+            tokens, start = seq.tokens, seq.num_computed
+            pending = len(tokens) - start - hold_back
+            if stops:
+                stop = stops.get(seq.seq_id)
+                if stop is not None:
+                    pending = min(pending, stop - start)
+            if pending <= 0 or seq.stopped or seq.num_generated >= output_len:  # finished samples wait for the group
                 continue
             if budget <= 0 or seq_budget <= 0:
                 break
-            size = pending if (pending <= budget or not may_chunk) else budget
-            if size > budget:
+            if pending <= budget:
+                size = pending
+            elif self._may_chunk(group):
+                size = budget
+            else:
                 break
-            start = seq.num_computed
-            new_tokens = seq.tokens[start:start + size]
+            new_tokens = tokens[start:start + size]
             slots = allocator.grow(seq.seq_id, size, new_tokens)
             if slots is None:
                 raise _OutOfMemory
-            seq.num_computed += size
+            seq.num_computed = end = start + size
             budget -= size
             seq_budget -= 1
-            sample = seq.num_computed == len(seq.tokens)
-            first_sample = sample and not group.forked
+            sample = end == len(tokens)
             chunks.append(SeqChunk(
-                seq_id=seq.seq_id,
-                token_ids=new_tokens,
-                start_pos=start,
-                block_table=allocator.block_table(seq.seq_id) if self.need_block_tables else [],
-                slot_mapping=slots,
-                sample=sample,
-                num_logprobs=group.request.beam_width if (sample and group.is_beam) else 0,
-                num_samples=group.request.n if (first_sample and group.request.n > 1) else 1,
-                request_id=group.request_id,
-                sample_index=seq.sample_index,
+                seq.seq_id, new_tokens, start,
+                allocator.block_table(seq.seq_id) if tables else [],
+                slots, sample,
+                request.beam_width if (sample and group.is_beam) else 0,  # num_logprobs
+                request.n if (sample and request.n > 1 and not group.forked) else 1,  # num_samples: on the first sample
+                group.request_id, seq.sample_index,
             ))
 
     # -- preemption --------------------------------------------------------------------------
