@@ -164,7 +164,24 @@ class Engine:
                 if rid not in touched:
                     touched[rid] = by_request[rid]
         finished = 0
+        next_tokens, stop_ids = result.next_tokens, self.cfg.stop_token_ids
         for group in touched.values():
+            seqs = group.seqs
+            if len(seqs) == 1 and group.forked and not group.is_beam and not stop_ids \
+                    and not sched.has_pending_forks(group):  # plain decode: _sample_step's one case
+                seq = seqs[0]
+                token = next_tokens.get(seq.seq_id)
+                if token is not None:
+                    seq.tokens.append(token)
+                    seq.num_generated += 1
+                if seq.num_generated > len(seq.token_times):
+                    seq.token_times.append(now)
+                if group.first_token_s is None:
+                    group.first_token_s = now
+                if seq.stopped or seq.num_generated >= group.output_len:
+                    self._finish(group, seq.tokens, now)
+                    finished += 1
+                continue
             if group.is_beam:
                 self._beam_step(group, result)
             else:
@@ -176,12 +193,15 @@ class Engine:
             if group.first_token_s is None:
                 group.first_token_s = now
             if not forking and group.done:
-                group.best_tokens = max(group.seqs, key=lambda s: s.cum_logprob).tokens
-                sched.finish(group, now)
+                self._finish(group, max(group.seqs, key=lambda s: s.cum_logprob).tokens, now)
                 finished += 1
-                if group.request.follow_up is not None:
-                    self._released.append(next_turn(group.request, group.best_tokens, now))
         return finished
+
+    def _finish(self, group: Group, best_tokens: list[int], now: float) -> None:
+        group.best_tokens = best_tokens
+        self.scheduler.finish(group, now)
+        if group.request.follow_up is not None:
+            self._released.append(next_turn(group.request, best_tokens, now))
 
     def _sample_step(self, group: Group, result: StepResult) -> None:
         output_len = group.output_len

@@ -135,13 +135,34 @@ class Scheduler:
         seq_budget = self._seq_limit()
         chunks: list[SeqChunk] = []
 
+        allocator, pending_forks, tables = self.allocator, self._pending_forks, self.need_block_tables
         i = 0
         while i < len(self.running):
             group = self.running[i]
             group_chunks: list[SeqChunk] = []
+            seqs = group.seqs
+            seq = seqs[0] if len(seqs) == 1 else None
+            # Plain decode (one sequence, one token left, no fork to make, not a beam): the rules
+            # of _chunks_for for that case, without its general bookkeeping.
+            plain = (seq is not None and budget > 0 and seq_budget > 0 and not group.is_beam
+                     and group.request_id not in pending_forks and len(seq.tokens) - seq.num_computed == 1
+                     and not seq.stopped and seq.num_generated < group.output_len)
             while True:
                 try:
-                    if group.request_id in self._pending_forks:
+                    if plain:
+                        start = seq.num_computed
+                        new_tokens = seq.tokens[start:]
+                        slots = allocator.grow(seq.seq_id, 1, new_tokens)
+                        if slots is None:
+                            raise _OutOfMemory
+                        seq.num_computed = start + 1
+                        request = group.request
+                        group_chunks.append(SeqChunk(
+                            seq.seq_id, new_tokens, start, allocator.block_table(seq.seq_id) if tables else [],
+                            slots, True, 0, request.n if (request.n > 1 and not group.forked) else 1,
+                            group.request_id, seq.sample_index))
+                        break
+                    if group.request_id in pending_forks:
                         self._do_pending_forks(group, group_chunks)
                     self._chunks_for(group, budget, seq_budget, group_chunks)
                     break
