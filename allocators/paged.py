@@ -138,7 +138,11 @@ class PagedAllocator(Allocator):
 
     def grow(self, seq_id: int, num_tokens: int, token_ids: Sequence[int] | None = None) -> list[int] | None:
         seq = self._seqs.get(seq_id)
-        end = grow_end(seq_id, seq, num_tokens, token_ids)
+        if (num_tokens.__class__ is int and num_tokens == 1 and seq is not None  # grow_end's checks, inline
+                and seq.num_tokens < seq.max_len and (token_ids is None or len(token_ids) == 1)):
+            end = seq.num_tokens + 1
+        else:
+            end = grow_end(seq_id, seq, num_tokens, token_ids)
         t = seq.num_tokens
         table = seq.table
         shift = self._shift
@@ -276,9 +280,22 @@ class PagedAllocator(Allocator):
                 except KeyError:
                     raise AllocatorError(f"usage() needs the final length of live sequence {seq_id}") from None
             index = nt >> shift
-            if index >= len(table):
+            last = len(table) - 1
+            if index > last:
                 continue
             base = index << shift
+            if index == last and ref[table[index]] == 1:  # the common case: one private partial block
+                filled = nt - base
+                reach = final - base
+                reach = 0 if reach < 0 else bs if reach > bs else reach
+                count += 1
+                filled_total += filled
+                if reach > filled:
+                    reserved += reach - filled
+                    internal += bs - reach
+                else:
+                    internal += bs - filled
+                continue
             for index in range(index, len(table)):
                 filled = min(max(nt - base, 0), bs)
                 reach = min(max(final - base, 0), bs)
