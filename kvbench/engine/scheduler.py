@@ -23,7 +23,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from allocators.base import Allocator, Fit
-from kvbench.batch import SeqChunk, StepBatch, SwapOp
+from kvbench.batch import BatchCounts, SeqChunk, StepBatch, SwapOp
 from kvbench.engine.restore import ForkTree, plan_restore
 from kvbench.engine.sequence import Group, GroupStatus, Seq
 
@@ -134,6 +134,8 @@ class Scheduler:
         budget = self.cfg.max_num_batched_tokens
         seq_budget = self._seq_limit()
         chunks: list[SeqChunk] = []
+        counts = BatchCounts()
+        bs = self.allocator.block_size
 
         allocator, pending_forks, tables = self.allocator, self._pending_forks, self.need_block_tables
         i = 0
@@ -157,10 +159,19 @@ class Scheduler:
                             raise _OutOfMemory
                         seq.num_computed = start + 1
                         request = group.request
-                        group_chunks.append(SeqChunk(
+                        draws = request.n if (request.n > 1 and not group.forked) else 1
+                        chunks.append(SeqChunk(
                             seq.seq_id, new_tokens, start, allocator.block_table(seq.seq_id) if tables else [],
-                            slots, True, 0, request.n if (request.n > 1 and not group.forked) else 1,
-                            group.request_id, seq.sample_index))
+                            slots, True, 0, draws, group.request_id, seq.sample_index))
+                        # BatchCounts.add of this one sampling token, term by term
+                        counts.num_requests += 1
+                        counts.num_tokens += 1
+                        counts.num_sampled += 1
+                        counts.num_draws += draws
+                        counts.decode_pairs += start + 1
+                        counts.decode_blocks += -(-(start + 1) // bs)
+                        budget -= 1
+                        seq_budget -= 1
                         break
                     if group.request_id in pending_forks:
                         self._do_pending_forks(group, group_chunks)
@@ -184,6 +195,7 @@ class Scheduler:
                 continue
             if group_chunks:
                 chunks.extend(group_chunks)
+                counts.add(group_chunks, bs)
                 for c in group_chunks:
                     budget -= len(c.token_ids)
                 seq_budget -= len(group_chunks)
@@ -201,6 +213,8 @@ class Scheduler:
                 self.swapped.popleft()
                 self._release_host(group)
                 chunks.extend(group_chunks)
+                if group_chunks:
+                    counts.add(group_chunks, bs)
                 budget -= sum(c.query_len for c in group_chunks)
                 seq_budget -= len(group_chunks)
                 if group.exclusive:
@@ -223,6 +237,8 @@ class Scheduler:
                     break
                 self.waiting.popleft()
                 chunks.extend(group_chunks)
+                if group_chunks:
+                    counts.add(group_chunks, bs)
                 budget -= sum(c.query_len for c in group_chunks)
                 seq_budget -= len(group_chunks)
                 if group.exclusive:
@@ -237,6 +253,7 @@ class Scheduler:
             swap_in=self._swap_in,
             page_maps=page_maps,
             page_unmaps=page_unmaps,
+            counts=counts,
         )
 
     def _admission_open(self) -> bool:
