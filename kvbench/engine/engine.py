@@ -96,7 +96,7 @@ class Engine:
             start = now
             now += result.duration_s
             t1 = time.perf_counter()
-            finished += self._process(batch, result, now)
+            finished += self._process(result, now)
             for request in self._released:  # next turns of finished conversations, in arrival order
                 bisect.insort(pending, request, lo=next_arrival, key=lambda r: (r.arrival_s, r.request_id))
             self._released.clear()
@@ -153,19 +153,12 @@ class Engine:
     def _new_group(self, request: Request) -> Group:
         return Group(request, [Seq(self.scheduler.new_seq_id(), list(request.prompt_ids))])
 
-    def _process(self, batch: StepBatch, result: StepResult, now: float) -> int:
+    def _process(self, result: StepResult, now: float) -> int:
         """Append sampled tokens, fork samples and beams, finish groups; returns groups finished."""
         sched = self.scheduler
-        by_request: dict[int, Group] = {g.request_id: g for g in sched.running}
-        touched: dict[int, Group] = {}
-        for chunk in batch.chunks:
-            if chunk.sample:
-                rid = chunk.request_id
-                if rid not in touched:
-                    touched[rid] = by_request[rid]
         finished = 0
         next_tokens, stop_ids = result.next_tokens, self.cfg.stop_token_ids
-        for group in touched.values():
+        for group in sched.sampled_groups:  # in the order of their first sampling chunk
             seqs = group.seqs
             if len(seqs) == 1 and group.forked and not group.is_beam and not stop_ids \
                     and not sched.has_pending_forks(group):  # plain decode: _sample_step's one case

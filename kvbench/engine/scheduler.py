@@ -87,6 +87,7 @@ class Scheduler:
         self._pending_forks: dict[int, list[_PendingFork]] = {}  # request_id -> forks to make
         self._next_seq_id = 0
         # per-step scratch
+        self.sampled_groups: list[Group] = []  # groups with a sampling chunk in the last batch, in chunk order
         self._swap_out: list[SwapOp] = []
         self._swap_in: list[SwapOp] = []
         self._preempted_now = False
@@ -136,6 +137,7 @@ class Scheduler:
         chunks: list[SeqChunk] = []
         counts = BatchCounts()
         bs = self.allocator.block_size
+        sampled = self.sampled_groups = []
 
         allocator, pending_forks, tables = self.allocator, self._pending_forks, self.need_block_tables
         i = 0
@@ -170,6 +172,7 @@ class Scheduler:
                         counts.num_draws += draws
                         counts.decode_pairs += start + 1
                         counts.decode_blocks += -(-(start + 1) // bs)
+                        sampled.append(group)
                         budget -= 1
                         seq_budget -= 1
                         break
@@ -195,7 +198,7 @@ class Scheduler:
                 continue
             if group_chunks:
                 chunks.extend(group_chunks)
-                counts.add(group_chunks, bs)
+                self._count(group, group_chunks, counts)
                 for c in group_chunks:
                     budget -= len(c.token_ids)
                 seq_budget -= len(group_chunks)
@@ -214,7 +217,7 @@ class Scheduler:
                 self._release_host(group)
                 chunks.extend(group_chunks)
                 if group_chunks:
-                    counts.add(group_chunks, bs)
+                    self._count(group, group_chunks, counts)
                 budget -= sum(c.query_len for c in group_chunks)
                 seq_budget -= len(group_chunks)
                 if group.exclusive:
@@ -238,7 +241,7 @@ class Scheduler:
                 self.waiting.popleft()
                 chunks.extend(group_chunks)
                 if group_chunks:
-                    counts.add(group_chunks, bs)
+                    self._count(group, group_chunks, counts)
                 budget -= sum(c.query_len for c in group_chunks)
                 seq_budget -= len(group_chunks)
                 if group.exclusive:
@@ -255,6 +258,13 @@ class Scheduler:
             page_unmaps=page_unmaps,
             counts=counts,
         )
+
+    def _count(self, group: Group, group_chunks: list[SeqChunk], counts: BatchCounts) -> None:
+        """A group's chunks join the batch: add them to the step's sums."""
+        sampled = counts.num_sampled
+        counts.add(group_chunks, self.allocator.block_size)
+        if counts.num_sampled > sampled:
+            self.sampled_groups.append(group)
 
     def _admission_open(self) -> bool:
         """Whether waiting groups may be admitted this step (scheduling styles override it:
