@@ -43,6 +43,7 @@ class BatchCounts:
     num_requests: int = 0  # distinct requests (a request's chunks are added together, once per step)
     num_sampled: int = 0  # chunks with sample=True
     num_draws: int = 0  # tokens drawn: num_samples of each sampling chunk
+    num_ranked: int = 0  # sampling chunks that ask for top-k candidates (num_logprobs > 0: beams)
     prefill_tokens: int = 0  # tokens of chunks of more than one token or that do not sample
     prefill_pairs: int = 0  # causal (query, key) pairs of chunks of more than one token
     prefill_blocks: int = 0  # blocks those chunks read
@@ -59,6 +60,8 @@ class BatchCounts:
             if c.sample:
                 self.num_sampled += 1
                 self.num_draws += c.num_samples
+                if c.num_logprobs > 0:
+                    self.num_ranked += 1
             if q > 1 or not c.sample:
                 self.prefill_tokens += q
             if q == 1:

@@ -84,7 +84,13 @@ class Engine:
             final_lens: dict[int, int] = {}
             logical = 0  # slots the live sequences would hold without sharing
             for g in sched.running:
-                for s in g.seqs:
+                seqs = g.seqs
+                if len(seqs) == 1:
+                    s = seqs[0]
+                    final_lens[s.seq_id] = g.kv_final_len
+                    logical += s.num_computed
+                    continue
+                for s in seqs:
                     final_lens[s.seq_id] = g.kv_final_len
                     logical += s.num_computed
             usage = self.allocator.usage(final_lens)

@@ -140,6 +140,7 @@ class Scheduler:
         sampled = self.sampled_groups = []
 
         allocator, pending_forks, tables = self.allocator, self._pending_forks, self.need_block_tables
+        plain_seqs = plain_draws = plain_pairs = plain_blocks = 0
         i = 0
         while i < len(self.running):
             group = self.running[i]
@@ -165,13 +166,11 @@ class Scheduler:
                         chunks.append(SeqChunk(
                             seq.seq_id, new_tokens, start, allocator.block_table(seq.seq_id) if tables else [],
                             slots, True, 0, draws, group.request_id, seq.sample_index))
-                        # BatchCounts.add of this one sampling token, term by term
-                        counts.num_requests += 1
-                        counts.num_tokens += 1
-                        counts.num_sampled += 1
-                        counts.num_draws += draws
-                        counts.decode_pairs += start + 1
-                        counts.decode_blocks += -(-(start + 1) // bs)
+                        # BatchCounts.add of this one sampling token, term by term (added after the loop)
+                        plain_seqs += 1
+                        plain_draws += draws
+                        plain_pairs += start + 1
+                        plain_blocks += -(-(start + 1) // bs)
                         sampled.append(group)
                         budget -= 1
                         seq_budget -= 1
@@ -203,6 +202,12 @@ class Scheduler:
                     budget -= len(c.token_ids)
                 seq_budget -= len(group_chunks)
             i += 1
+        counts.num_requests += plain_seqs
+        counts.num_tokens += plain_seqs
+        counts.num_sampled += plain_seqs
+        counts.num_draws += plain_draws
+        counts.decode_pairs += plain_pairs
+        counts.decode_blocks += plain_blocks
 
         closed = self._preempted_now or self._exclusive_running()
         if not closed:
