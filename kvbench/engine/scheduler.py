@@ -549,7 +549,11 @@ class Scheduler:
             limit = lambda s: len(s.tokens) - 1  # noqa: E731  a sequence computes its last token itself
         else:
             limit = lambda s: host.get(s.seq_id, 0)  # noqa: E731
-        tree = plan_restore(group.seqs, limit, lambda s: not group.seq_finished(s))
+        seqs = group.seqs
+        if len(seqs) == 1 and not group.seq_finished(seqs[0]):  # what plan_restore makes of one sequence
+            tree = ForkTree(seqs[0])
+        else:
+            tree = plan_restore(seqs, limit, lambda s: not group.seq_finished(s))
         saved = {s.seq_id: s.num_computed for s in group.seqs}
         live: list[Seq] = []
         deferred: list[_PendingFork] = []
