@@ -234,8 +234,7 @@ class Scheduler:
                 group = self.waiting[0]
                 if group.exclusive and self.running:
                     break
-                pending = sum(s.pending for s in group.seqs)
-                if not self._may_chunk(group) and pending > budget:
+                if not self._may_chunk(group) and sum(s.pending for s in group.seqs) > budget:
                     break
                 group_chunks = self._bring_back(group, budget, seq_budget, None)
                 if group.status is GroupStatus.REJECTED:
@@ -544,15 +543,14 @@ class Scheduler:
         the pool is made now (swap-in), any other once its parent has computed that far.
         """
         alloc = self.allocator
-        output_len = group.request.output_len
-        if host is None:
-            limit = lambda s: len(s.tokens) - 1  # noqa: E731  a sequence computes its last token itself
-        else:
-            limit = lambda s: host.get(s.seq_id, 0)  # noqa: E731
         seqs = group.seqs
         if len(seqs) == 1 and not group.seq_finished(seqs[0]):  # what plan_restore makes of one sequence
             tree = ForkTree(seqs[0])
         else:
+            if host is None:
+                limit = lambda s: len(s.tokens) - 1  # noqa: E731  a sequence computes its last token itself
+            else:
+                limit = lambda s: host.get(s.seq_id, 0)  # noqa: E731
             tree = plan_restore(seqs, limit, lambda s: not group.seq_finished(s))
         saved = {s.seq_id: s.num_computed for s in group.seqs}
         live: list[Seq] = []
