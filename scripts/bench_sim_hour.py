@@ -6,7 +6,8 @@ Two scenarios, OPT-13B on one A100-40GB (``backend=sim``, the modern system):
     full   full load: ``--full-requests`` (1,000) ShareGPT requests at t=0 in 14,720 slots, block 16.
 
 Only ``Engine.run`` is timed (the step loop and the tables it builds), not the config, the
-workload or the files. A sequence-step is one sequence in one step's batch (``num_seqs``).
+workload or the files; in CPU time of the process (``time.process_time``), which time spent
+waiting for a busy shared core does not inflate. A sequence-step is one sequence in one step's batch (``num_seqs``).
 ``--baseline COMMIT`` checks that commit out into a temporary git worktree and times it too, in
 the same run, alternating tree by tree for each allocator and round; the worktree is removed
 afterwards. Each measurement runs in a fresh process with the tree on ``PYTHONPATH``.
@@ -55,9 +56,10 @@ def worker(args: argparse.Namespace) -> None:
     engine_run = Engine.run
 
     def timed_run(self, requests):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         out = engine_run(self, requests)
-        timed["engine_s"] = time.perf_counter() - t0
+        timed["wall_s"] = time.perf_counter() - t0
+        timed["engine_s"] = time.process_time() - c0  # CPU time: waiting for a shared core is not counted
         timed["steps"] = len(out.steps)
         timed["seq_steps"] = int(out.steps["num_seqs"].sum()) if len(out.steps) else 0
         return out
