@@ -141,40 +141,39 @@ class Scheduler:
 
         allocator, pending_forks, tables = self.allocator, self._pending_forks, self.need_block_tables
         plain_seqs = plain_draws = plain_pairs = plain_blocks = 0
+        running = self.running
         i = 0
-        while i < len(self.running):
-            group = self.running[i]
+        while i < len(running):
+            run = self._plain_run(i, min(budget, seq_budget))
+            if run:  # the decode fast path: grown in one call, the rules of _chunks_for for this case
+                seqs = [group.seqs[0] for group in run]
+                grows = [(seq.seq_id, seq.tokens[-1:]) for seq in seqs]
+                grown = allocator.grow_many(grows)
+                for group, seq, (seq_id, new_tokens), slots in zip(run, seqs, grows, grown):
+                    start = seq.num_computed
+                    seq.num_computed = start + 1
+                    request = group.request
+                    draws = request.n if (request.n > 1 and not group.forked) else 1
+                    chunks.append(SeqChunk(
+                        seq_id, new_tokens, start, allocator.block_table(seq_id) if tables else [],
+                        slots, True, 0, draws, group.request_id, seq.sample_index))
+                    # BatchCounts.add of this one sampling token, term by term (added after the loop)
+                    plain_draws += draws
+                    plain_pairs += start + 1
+                    plain_blocks += -(-(start + 1) // bs)
+                    sampled.append(group)
+                done = len(grown)
+                plain_seqs += done
+                budget -= done
+                seq_budget -= done
+                i += done
+                if done == len(run) or i >= len(running):
+                    continue
+                # running[i] is out of memory: the general path below preempts and retries it
+            group = running[i]
             group_chunks: list[SeqChunk] = []
-            seqs = group.seqs
-            seq = seqs[0] if len(seqs) == 1 else None
-            # Plain decode (one sequence, one token left, no fork to make, not a beam): the rules
-            # of _chunks_for for that case, without its general bookkeeping.
-            plain = (seq is not None and budget > 0 and seq_budget > 0 and not group.is_beam
-                     and group.request_id not in pending_forks and len(seq.tokens) - seq.num_computed == 1
-                     and not seq.stopped and seq.num_generated < group.output_len)
             while True:
                 try:
-                    if plain:
-                        start = seq.num_computed
-                        new_tokens = seq.tokens[start:]
-                        slots = allocator.grow(seq.seq_id, 1, new_tokens)
-                        if slots is None:
-                            raise _OutOfMemory
-                        seq.num_computed = start + 1
-                        request = group.request
-                        draws = request.n if (request.n > 1 and not group.forked) else 1
-                        chunks.append(SeqChunk(
-                            seq.seq_id, new_tokens, start, allocator.block_table(seq.seq_id) if tables else [],
-                            slots, True, 0, draws, group.request_id, seq.sample_index))
-                        # BatchCounts.add of this one sampling token, term by term (added after the loop)
-                        plain_seqs += 1
-                        plain_draws += draws
-                        plain_pairs += start + 1
-                        plain_blocks += -(-(start + 1) // bs)
-                        sampled.append(group)
-                        budget -= 1
-                        seq_budget -= 1
-                        break
                     if group.request_id in pending_forks:
                         self._do_pending_forks(group, group_chunks)
                     self._chunks_for(group, budget, seq_budget, group_chunks)
@@ -262,6 +261,22 @@ class Scheduler:
             page_unmaps=page_unmaps,
             counts=counts,
         )
+
+    def _plain_run(self, start: int, limit: int) -> list[Group]:
+        """The running groups from index ``start`` on, at most ``limit``, in plain decode: one
+        sequence with one token left to compute, not finished, no fork to make, not a beam."""
+        run: list[Group] = []
+        running, pending_forks = self.running, self._pending_forks
+        for index in range(start, min(len(running), start + limit)):
+            group = running[index]
+            seqs = group.seqs
+            if len(seqs) != 1 or group.is_beam or group.request_id in pending_forks:
+                break
+            seq = seqs[0]
+            if len(seq.tokens) - seq.num_computed != 1 or seq.stopped or seq.num_generated >= group.output_len:
+                break
+            run.append(group)
+        return run
 
     def _count(self, group: Group, group_chunks: list[SeqChunk], counts: BatchCounts) -> None:
         """A group's chunks join the batch: add them to the step's sums."""
