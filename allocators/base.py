@@ -136,6 +136,17 @@ class Allocator(abc.ABC):
     def grow(self, seq_id: int, num_tokens: int, token_ids: Sequence[int] | None = None) -> list[int] | None:
         """Append ``num_tokens`` computed tokens; return their slots, or None (nothing changed)."""
 
+    def grow_many(self, grows: Sequence[tuple[int, Sequence[int]]]) -> list[list[int]]:
+        """``grow(seq_id, len(token_ids), token_ids)`` for each (seq_id, token_ids) in order, up to
+        the first that is out of memory: the slots of those that grew (that one changed nothing)."""
+        out = []
+        for seq_id, token_ids in grows:
+            slots = self.grow(seq_id, len(token_ids), token_ids)
+            if slots is None:
+                break
+            out.append(slots)
+        return out
+
     @abc.abstractmethod
     def fork(self, parent_id: int, child_id: int, final_len: int | None = None) -> bool:
         """Make ``child_id`` a copy of the parent's tokens; False when memory is short."""

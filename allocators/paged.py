@@ -138,7 +138,11 @@ class PagedAllocator(Allocator):
 
     def grow(self, seq_id: int, num_tokens: int, token_ids: Sequence[int] | None = None) -> list[int] | None:
         seq = self._seqs.get(seq_id)
-        end = grow_end(seq_id, seq, num_tokens, token_ids)
+        if (num_tokens.__class__ is int and num_tokens == 1 and seq is not None  # grow_end's checks, inline
+                and seq.num_tokens < seq.max_len and (token_ids is None or len(token_ids) == 1)):
+            end = seq.num_tokens + 1
+        else:
+            end = grow_end(seq_id, seq, num_tokens, token_ids)
         t = seq.num_tokens
         table = seq.table
         shift = self._shift
@@ -188,6 +192,45 @@ class PagedAllocator(Allocator):
         if self.debug:
             self.check_invariants()
         return slots
+
+    def grow_many(self, grows: Sequence[tuple[int, Sequence[int]]]) -> list[list[int]]:
+        """As the base: one-token grows into a private block or a free one are booked here, any
+        other through ``grow``."""
+        if self.debug or type(self).grow is not PagedAllocator.grow:  # a subclass that grows otherwise
+            return super().grow_many(grows)
+        seqs, ref, free = self._seqs, self._ref, self._free
+        shift, mask, tracks = self._shift, self._mask, self._tracks_ids
+        out = []
+        for seq_id, token_ids in grows:
+            seq = seqs.get(seq_id)
+            if seq is None or len(token_ids) != 1 or seq.num_tokens >= seq.max_len:
+                slots = self.grow(seq_id, len(token_ids), token_ids)  # raises, or the general case
+                if slots is None:
+                    break
+                out.append(slots)
+                continue
+            t = seq.num_tokens
+            table = seq.table
+            index = t >> shift
+            if index < len(table):
+                block = table[index]
+                if ref[block] > 1:
+                    slots = self.grow(seq_id, 1, token_ids)  # copy-on-write
+                    if slots is None:
+                        break
+                    out.append(slots)
+                    continue
+            else:
+                if not free:
+                    break
+                block = self._take_block()
+                ref[block] = 1
+                table.append(block)
+            seq.num_tokens = t + 1
+            if tracks:
+                self._note_ids(seq_id, seq, token_ids)
+            out.append([(block << shift) | (t & mask)])
+        return out
 
     def _note_ids(self, seq_id: int, seq: _PagedSeq, token_ids: Sequence[int] | None) -> None:
         """Hook after a grow of ``len(token_ids)`` > 0 tokens (only when ``_tracks_ids``)."""
@@ -276,9 +319,22 @@ class PagedAllocator(Allocator):
                 except KeyError:
                     raise AllocatorError(f"usage() needs the final length of live sequence {seq_id}") from None
             index = nt >> shift
-            if index >= len(table):
+            last = len(table) - 1
+            if index > last:
                 continue
             base = index << shift
+            if index == last and ref[table[index]] == 1:  # the common case: one private partial block
+                filled = nt - base
+                reach = final - base
+                reach = 0 if reach < 0 else bs if reach > bs else reach
+                count += 1
+                filled_total += filled
+                if reach > filled:
+                    reserved += reach - filled
+                    internal += bs - reach
+                else:
+                    internal += bs - filled
+                continue
             for index in range(index, len(table)):
                 filled = min(max(nt - base, 0), bs)
                 reach = min(max(final - base, 0), bs)

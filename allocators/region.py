@@ -189,7 +189,11 @@ class RegionAllocator(Allocator):
 
     def grow(self, seq_id: int, num_tokens: int, token_ids: Sequence[int] | None = None) -> list[int] | None:
         seq = self._seqs.get(seq_id)
-        end = grow_end(seq_id, seq, num_tokens, token_ids)
+        if (num_tokens.__class__ is int and num_tokens == 1 and seq is not None  # grow_end's checks, inline
+                and seq.num_tokens < seq.max_len and (token_ids is None or len(token_ids) == 1)):
+            end = seq.num_tokens + 1
+        else:
+            end = grow_end(seq_id, seq, num_tokens, token_ids)
         t = seq.num_tokens
         if end > seq.capacity and not self._move(seq_id, seq, end):
             return None

@@ -34,6 +34,45 @@ class SeqChunk:
 
 
 @dataclass(slots=True)
+class BatchCounts:
+    """Sums over a batch's chunks, kept by the scheduler as it adds them, so that the recorder and
+    the cost model need no pass over the chunks. ``add`` is the definition; a decode fast path may
+    add a one-token chunk's terms directly."""
+
+    num_tokens: int = 0
+    num_requests: int = 0  # distinct requests (a request's chunks are added together, once per step)
+    num_sampled: int = 0  # chunks with sample=True
+    num_draws: int = 0  # tokens drawn: num_samples of each sampling chunk
+    num_ranked: int = 0  # sampling chunks that ask for top-k candidates (num_logprobs > 0: beams)
+    prefill_tokens: int = 0  # tokens of chunks of more than one token or that do not sample
+    prefill_pairs: int = 0  # causal (query, key) pairs of chunks of more than one token
+    prefill_blocks: int = 0  # blocks those chunks read
+    decode_pairs: int = 0  # context lengths of one-token chunks
+    decode_blocks: int = 0  # blocks those chunks read
+
+    def add(self, chunks: list[SeqChunk], block_size: int) -> None:
+        """One request's chunks of this step."""
+        self.num_requests += 1
+        for c in chunks:
+            q = len(c.token_ids)
+            ctx = c.start_pos + q
+            self.num_tokens += q
+            if c.sample:
+                self.num_sampled += 1
+                self.num_draws += c.num_samples
+                if c.num_logprobs > 0:
+                    self.num_ranked += 1
+            if q > 1 or not c.sample:
+                self.prefill_tokens += q
+            if q == 1:
+                self.decode_pairs += ctx
+                self.decode_blocks += -(-ctx // block_size)
+            elif q:
+                self.prefill_pairs += q * c.start_pos + q * (q + 1) // 2
+                self.prefill_blocks += -(-ctx // block_size)
+
+
+@dataclass(slots=True)
 class SwapOp:
     """Move a sequence's K/V between the device pool and the host pool (in token order)."""
 
@@ -51,9 +90,12 @@ class StepBatch:
     swap_in: list[SwapOp] = field(default_factory=list)  # host -> device, before the forward
     page_maps: int = 0  # physical page groups mapped since the last step (vattention)
     page_unmaps: int = 0  # and unmapped
+    counts: BatchCounts | None = None  # sums over chunks, when the scheduler kept them (else computed)
 
     @property
     def num_tokens(self) -> int:
+        if self.counts is not None:
+            return self.counts.num_tokens
         return sum(len(c.token_ids) for c in self.chunks)
 
 

@@ -35,6 +35,9 @@ def test_committed_baseline_covers_every_measurement():
 
     assert set(baseline["allocator"]) == {p.id for p in STRATEGIES}
     assert set(baseline["kernel"]) == {"paged-attention"}
+    from tests.benchmarks.test_bench_engine import SIM_GATE_ALLOCATORS
+
+    assert set(baseline["sim"]) == {f"sim-{name}" for name in SIM_GATE_ALLOCATORS}
     assert all(v > 0 for group in baseline.values() for v in group.values())
 
 

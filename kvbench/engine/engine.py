@@ -91,7 +91,13 @@ class Engine:
             final_lens: dict[int, int] = {}
             logical = 0  # slots the live sequences would hold without sharing
             for g in sched.running:
-                for s in g.seqs:
+                seqs = g.seqs
+                if len(seqs) == 1:
+                    s = seqs[0]
+                    final_lens[s.seq_id] = g.kv_final_len
+                    logical += s.num_computed
+                    continue
+                for s in seqs:
                     final_lens[s.seq_id] = g.kv_final_len
                     logical += s.num_computed
             final_lens.update(sched.sample_holds.final_lens())
@@ -104,7 +110,7 @@ class Engine:
             start = now
             now += result.duration_s
             t1 = time.perf_counter()
-            finished += self._process(batch, result, now)
+            finished += self._process(result, now)
             for request in self._released:  # next turns of finished conversations, in arrival order
                 bisect.insort(pending, request, lo=next_arrival, key=lambda r: (r.arrival_s, r.request_id))
             self._released.clear()
@@ -162,43 +168,60 @@ class Engine:
     def _new_group(self, request: Request) -> Group:
         return Group(request, [Seq(self.scheduler.new_seq_id(), list(request.prompt_ids))])
 
-    def _process(self, batch: StepBatch, result: StepResult, now: float) -> int:
+    def _process(self, result: StepResult, now: float) -> int:
         """Append sampled tokens, fork samples and beams, finish groups; returns groups finished."""
-        by_request: dict[int, Group] = {g.request_id: g for g in self.scheduler.running}
-        touched: dict[int, Group] = {}
-        for chunk in batch.chunks:
-            if chunk.sample:
-                group = by_request[chunk.request_id]
-                touched[group.request_id] = group
+        sched = self.scheduler
         finished = 0
-        for group in touched.values():
+        next_tokens, stop_ids = result.next_tokens, self.cfg.stop_token_ids
+        for group in sched.sampled_groups:  # in the order of their first sampling chunk
+            seqs = group.seqs
+            if len(seqs) == 1 and group.forked and not group.is_beam and not stop_ids \
+                    and not sched.has_pending_forks(group):  # plain decode: _sample_step's one case
+                seq = seqs[0]
+                token = next_tokens.get(seq.seq_id)
+                if token is not None:
+                    seq.tokens.append(token)
+                    seq.num_generated += 1
+                if seq.num_generated > len(seq.token_times):
+                    seq.token_times.append(now)
+                if group.first_token_s is None:
+                    group.first_token_s = now
+                if seq.stopped or seq.num_generated >= group.output_len:
+                    self._finish(group, seq.tokens, now)
+                    finished += 1
+                continue
             if group.is_beam:
                 self._beam_step(group, result)
             else:
                 self._sample_step(group, result)
-            for seq in (*group.seqs, *self.scheduler.pending_seqs(group)):
+            forking = sched.has_pending_forks(group)
+            for seq in (*group.seqs, *sched.pending_seqs(group)) if forking else group.seqs:
                 if seq.num_generated > len(seq.token_times):
                     seq.token_times.append(now)
             if group.first_token_s is None:
                 group.first_token_s = now
-            if group.done and not self.scheduler.has_pending_forks(group):
-                group.best_tokens = max(group.seqs, key=lambda s: s.cum_logprob).tokens
-                self.scheduler.finish(group, now)
+            if not forking and group.done:
+                self._finish(group, max(group.seqs, key=lambda s: s.cum_logprob).tokens, now)
                 finished += 1
-                if group.request.follow_up is not None:
-                    self._released.append(next_turn(group.request, group.best_tokens, now))
         return finished
 
+    def _finish(self, group: Group, best_tokens: list[int], now: float) -> None:
+        group.best_tokens = best_tokens
+        self.scheduler.finish(group, now)
+        if group.request.follow_up is not None:
+            self._released.append(next_turn(group.request, best_tokens, now))
+
     def _sample_step(self, group: Group, result: StepResult) -> None:
-        output_len = group.request.output_len
+        output_len = group.output_len
         stop_ids = self.cfg.stop_token_ids
-        for seq in list(group.seqs):
-            token = result.next_tokens.get(seq.seq_id)
+        next_tokens = result.next_tokens
+        for seq in list(group.seqs) if stop_ids else group.seqs:  # a stop may free a sequence
+            token = next_tokens.get(seq.seq_id)
             if token is None:
                 continue
             seq.tokens.append(token)
             seq.num_generated += 1
-            if token in stop_ids:
+            if stop_ids and token in stop_ids:
                 seq.stopped = True
                 self._release_stopped(group, seq)
             if not group.forked:

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from allocators.base import MemoryUsage
-from kvbench.batch import StepBatch, StepResult
+from kvbench.batch import BatchCounts, StepBatch, StepResult
 from kvbench.engine.sequence import Group, GroupStatus
 from kvbench.metrics import DEFAULT_PERCENTILES, request_itls, serving_metrics
 
@@ -47,10 +47,15 @@ class Recorder:
         col["step"].append(index)
         col["time_s"].append(start_s)
         col["step_s"].append(result.duration_s)
-        col["batch_size"].append(len({c.request_id for c in chunks}))
+        counts = batch.counts
+        if counts is None:
+            counts = BatchCounts()
+            counts.add(chunks, batch.block_size)
+            counts.num_requests = len({c.request_id for c in chunks})
+        col["batch_size"].append(counts.num_requests)
         col["num_seqs"].append(len(chunks))
-        col["num_tokens"].append(batch.num_tokens)
-        col["num_prefill_tokens"].append(sum(c.query_len for c in chunks if c.query_len > 1 or not c.sample))
+        col["num_tokens"].append(counts.num_tokens)
+        col["num_prefill_tokens"].append(counts.prefill_tokens)
         col["num_running"].append(num_running)
         col["num_waiting"].append(num_waiting)
         col["num_swapped"].append(num_swapped)

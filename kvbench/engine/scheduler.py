@@ -23,7 +23,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from allocators.base import Allocator, Fit
-from kvbench.batch import SeqChunk, StepBatch, SwapOp
+from kvbench.batch import BatchCounts, SeqChunk, StepBatch, SwapOp
 from kvbench.engine.restore import ForkTree, plan_restore
 from kvbench.engine.sample_holds import SampleHolds
 from kvbench.engine.sequence import Group, GroupStatus, Seq
@@ -89,6 +89,7 @@ class Scheduler:
         self._next_seq_id = 0
         self.sample_holds = SampleHolds(allocator, self.new_seq_id)  # samples' regions, where forks copy
         # per-step scratch
+        self.sampled_groups: list[Group] = []  # groups with a sampling chunk in the last batch, in chunk order
         self._swap_out: list[SwapOp] = []
         self._swap_in: list[SwapOp] = []
         self._preempted_now = False
@@ -136,14 +137,47 @@ class Scheduler:
         budget = self.cfg.max_num_batched_tokens
         seq_budget = self._seq_limit()
         chunks: list[SeqChunk] = []
+        counts = BatchCounts()
+        bs = self.allocator.block_size
+        sampled = self.sampled_groups = []
 
+        allocator, pending_forks, tables = self.allocator, self._pending_forks, self.need_block_tables
+        plain_seqs = plain_draws = plain_pairs = plain_blocks = 0
+        running = self.running
         i = 0
-        while i < len(self.running):
-            group = self.running[i]
+        while i < len(running):
+            run = self._plain_run(i, min(budget, seq_budget))
+            if run:  # the decode fast path: grown in one call, the rules of _chunks_for for this case
+                seqs = [group.seqs[0] for group in run]
+                grows = [(seq.seq_id, seq.tokens[-1:]) for seq in seqs]
+                grown = allocator.grow_many(grows)
+                for group, seq, (seq_id, new_tokens), slots in zip(run, seqs, grows, grown):
+                    start = seq.num_computed
+                    seq.num_computed = start + 1
+                    request = group.request
+                    draws = request.n if (request.n > 1 and not group.forked) else 1
+                    chunks.append(SeqChunk(
+                        seq_id, new_tokens, start, allocator.block_table(seq_id) if tables else [],
+                        slots, True, 0, draws, group.request_id, seq.sample_index))
+                    # BatchCounts.add of this one sampling token, term by term (added after the loop)
+                    plain_draws += draws
+                    plain_pairs += start + 1
+                    plain_blocks += -(-(start + 1) // bs)
+                    sampled.append(group)
+                done = len(grown)
+                plain_seqs += done
+                budget -= done
+                seq_budget -= done
+                i += done
+                if done == len(run) or i >= len(running):
+                    continue
+                # running[i] is out of memory: the general path below preempts and retries it
+            group = running[i]
             group_chunks: list[SeqChunk] = []
             while True:
                 try:
-                    self._do_pending_forks(group, group_chunks)
+                    if group.request_id in pending_forks:
+                        self._do_pending_forks(group, group_chunks)
                     self._chunks_for(group, budget, seq_budget, group_chunks)
                     break
                 except _OutOfMemory:
@@ -162,10 +196,19 @@ class Scheduler:
                     # the victim arrived later, so it sits after i and was not scheduled yet
             if group.status is not GroupStatus.RUNNING:
                 continue
-            chunks.extend(group_chunks)
-            budget -= sum(c.query_len for c in group_chunks)
-            seq_budget -= len(group_chunks)
+            if group_chunks:
+                chunks.extend(group_chunks)
+                self._count(group, group_chunks, counts)
+                for c in group_chunks:
+                    budget -= len(c.token_ids)
+                seq_budget -= len(group_chunks)
             i += 1
+        counts.num_requests += plain_seqs
+        counts.num_tokens += plain_seqs
+        counts.num_sampled += plain_seqs
+        counts.num_draws += plain_draws
+        counts.decode_pairs += plain_pairs
+        counts.decode_blocks += plain_blocks
 
         closed = self._preempted_now or self._exclusive_running()
         if not closed:
@@ -179,6 +222,8 @@ class Scheduler:
                 self.swapped.popleft()
                 self._release_host(group)
                 chunks.extend(group_chunks)
+                if group_chunks:
+                    self._count(group, group_chunks, counts)
                 budget -= sum(c.query_len for c in group_chunks)
                 seq_budget -= len(group_chunks)
                 if group.exclusive:
@@ -190,8 +235,7 @@ class Scheduler:
                 group = self.waiting[0]
                 if group.exclusive and self.running:
                     break
-                pending = sum(s.pending for s in group.seqs)
-                if not self._may_chunk(group) and pending > budget:
+                if not self._may_chunk(group) and sum(s.pending for s in group.seqs) > budget:
                     break
                 group_chunks = self._bring_back(group, budget, seq_budget, None)
                 if group.status is GroupStatus.REJECTED:
@@ -201,6 +245,8 @@ class Scheduler:
                     break
                 self.waiting.popleft()
                 chunks.extend(group_chunks)
+                if group_chunks:
+                    self._count(group, group_chunks, counts)
                 budget -= sum(c.query_len for c in group_chunks)
                 seq_budget -= len(group_chunks)
                 if group.exclusive:
@@ -215,7 +261,31 @@ class Scheduler:
             swap_in=self._swap_in,
             page_maps=page_maps,
             page_unmaps=page_unmaps,
+            counts=counts,
         )
+
+    def _plain_run(self, start: int, limit: int) -> list[Group]:
+        """The running groups from index ``start`` on, at most ``limit``, in plain decode: one
+        sequence with one token left to compute, not finished, no fork to make, not a beam."""
+        run: list[Group] = []
+        running, pending_forks = self.running, self._pending_forks
+        for index in range(start, min(len(running), start + limit)):
+            group = running[index]
+            seqs = group.seqs
+            if len(seqs) != 1 or group.is_beam or group.request_id in pending_forks:
+                break
+            seq = seqs[0]
+            if len(seq.tokens) - seq.num_computed != 1 or seq.stopped or seq.num_generated >= group.output_len:
+                break
+            run.append(group)
+        return run
+
+    def _count(self, group: Group, group_chunks: list[SeqChunk], counts: BatchCounts) -> None:
+        """A group's chunks join the batch: add them to the step's sums."""
+        sampled = counts.num_sampled
+        counts.add(group_chunks, self.allocator.block_size)
+        if counts.num_sampled > sampled:
+            self.sampled_groups.append(group)
 
     def _admission_open(self) -> bool:
         """Whether waiting groups may be admitted this step (scheduling styles override it:
@@ -310,53 +380,55 @@ class Scheduler:
         cannot all finish their pending tokens in this step, each holds its last one back.
         """
         allocator = self.allocator
-        budget -= sum(c.query_len for c in chunks)
-        seq_budget -= len(chunks)
+        if chunks:
+            for c in chunks:
+                budget -= len(c.token_ids)
+            seq_budget -= len(chunks)
         hold_back = 0  # tokens each sequence keeps pending, so that beams sample in the same step
-        stops = self._fork_points(group)
-        if group.is_beam and group.forked and stops:
-            hold_back = 1  # beams still to fork: none samples before all of them are back
-        elif group.is_beam and group.forked:
-            if chunks:
+        stops = self._fork_points(group) if group.request_id in self._pending_forks else None
+        if group.is_beam and group.forked:
+            if stops:
+                hold_back = 1  # beams still to fork: none samples before all of them are back
+            elif chunks:
                 hold_back = 0 if all(c.sample for c in chunks) else 1
             else:
                 todo = [s.pending for s in group.seqs if s.pending > 0]
                 hold_back = 0 if sum(todo) <= budget and len(todo) <= seq_budget else 1
-        output_len = group.request.output_len
-        may_chunk = self._may_chunk(group)
+        request = group.request
+        output_len = group.output_len
+        tables = self.need_block_tables
         for seq in group.seqs:
-            pending = seq.pending - hold_back
-            stop = stops.get(seq.seq_id)
-            if stop is not None:
-                pending = min(pending, stop - seq.num_computed)
-            if pending <= 0 or group.seq_finished(seq):  # finished samples wait for the group
+            tokens, start = seq.tokens, seq.num_computed
+            pending = len(tokens) - start - hold_back
+            if stops:
+                stop = stops.get(seq.seq_id)
+                if stop is not None:
+                    pending = min(pending, stop - start)
+            if pending <= 0 or seq.stopped or seq.num_generated >= output_len:  # finished samples wait for the group
                 continue
             if budget <= 0 or seq_budget <= 0:
                 break
-            size = pending if (pending <= budget or not may_chunk) else budget
-            if size > budget:
+            if pending <= budget:
+                size = pending
+            elif self._may_chunk(group):
+                size = budget
+            else:
                 break
-            start = seq.num_computed
-            new_tokens = seq.tokens[start:start + size]
+            new_tokens = tokens[start:start + size]
             slots = allocator.grow(seq.seq_id, size, new_tokens)
             if slots is None:
                 raise _OutOfMemory
-            seq.num_computed += size
+            seq.num_computed = end = start + size
             budget -= size
             seq_budget -= 1
-            sample = seq.num_computed == len(seq.tokens)
-            first_sample = sample and not group.forked
+            sample = end == len(tokens)
             chunks.append(SeqChunk(
-                seq_id=seq.seq_id,
-                token_ids=new_tokens,
-                start_pos=start,
-                block_table=allocator.block_table(seq.seq_id) if self.need_block_tables else [],
-                slot_mapping=slots,
-                sample=sample,
-                num_logprobs=group.request.beam_width if (sample and group.is_beam) else 0,
-                num_samples=group.request.n if (first_sample and group.request.n > 1) else 1,
-                request_id=group.request_id,
-                sample_index=seq.sample_index,
+                seq.seq_id, new_tokens, start,
+                allocator.block_table(seq.seq_id) if tables else [],
+                slots, sample,
+                request.beam_width if (sample and group.is_beam) else 0,  # num_logprobs
+                request.n if (sample and request.n > 1 and not group.forked) else 1,  # num_samples: on the first sample
+                group.request_id, seq.sample_index,
             ))
 
     # -- preemption --------------------------------------------------------------------------
@@ -502,12 +574,15 @@ class Scheduler:
         the pool is made now (swap-in), any other once its parent has computed that far.
         """
         alloc = self.allocator
-        output_len = group.request.output_len
-        if host is None:
-            limit = lambda s: len(s.tokens) - 1  # noqa: E731  a sequence computes its last token itself
+        seqs = group.seqs
+        if len(seqs) == 1 and not group.seq_finished(seqs[0]):  # what plan_restore makes of one sequence
+            tree = ForkTree(seqs[0])
         else:
-            limit = lambda s: host.get(s.seq_id, 0)  # noqa: E731
-        tree = plan_restore(group.seqs, limit, lambda s: not group.seq_finished(s))
+            if host is None:
+                limit = lambda s: len(s.tokens) - 1  # noqa: E731  a sequence computes its last token itself
+            else:
+                limit = lambda s: host.get(s.seq_id, 0)  # noqa: E731
+            tree = plan_restore(seqs, limit, lambda s: not group.seq_finished(s))
         saved = {s.seq_id: s.num_computed for s in group.seqs}
         live: list[Seq] = []
         deferred: list[_PendingFork] = []

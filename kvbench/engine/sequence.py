@@ -56,28 +56,27 @@ class Group:
     best_tokens: list[int] = field(default_factory=list)
     stopped_seqs: list[Seq] = field(default_factory=list)  # samples that stopped at EOS, blocks freed
     final_beams: list[tuple[float, list[int]]] = field(default_factory=list)  # (score, tokens) ended without K/V (beams; samples of one-token answers)
+    # Derived once from the request (read on every step of the hot loop):
+    request_id: int = field(init=False)
+    output_len: int = field(init=False)
+    is_beam: bool = field(init=False)
+    kv_final_len: int = field(init=False)  # slots each sequence fills by its end: the last sampled token is never stored
 
-    @property
-    def request_id(self) -> int:
-        return self.request.request_id
+    def __post_init__(self) -> None:
+        request = self.request
+        self.request_id = request.request_id
+        self.output_len = request.output_len
+        self.is_beam = request.beam_width > 1
+        self.kv_final_len = request.prompt_len + request.output_len - 1
 
     @property
     def width(self) -> int:
         """How many sequences the group runs once forked."""
         return max(self.request.n, self.request.beam_width)
 
-    @property
-    def kv_final_len(self) -> int:
-        """Slots each sequence fills by its end: the last sampled token is never stored."""
-        return self.request.prompt_len + self.request.output_len - 1
-
-    @property
-    def is_beam(self) -> bool:
-        return self.request.beam_width > 1
-
     def seq_finished(self, seq: Seq) -> bool:
         """The sequence generates no more: it reached the output length or sampled a stop token."""
-        return seq.stopped or seq.num_generated >= self.request.output_len
+        return seq.stopped or seq.num_generated >= self.output_len
 
     @property
     def generated_len(self) -> int:
@@ -94,4 +93,10 @@ class Group:
 
     @property
     def done(self) -> bool:
-        return self.forked and all(self.seq_finished(s) for s in self.seqs)
+        if not self.forked:
+            return False
+        output_len = self.output_len
+        for s in self.seqs:
+            if not s.stopped and s.num_generated < output_len:
+                return False
+        return True

@@ -34,7 +34,12 @@ class SimExecutor:
         top_logprobs: dict[int, list[tuple[int, float]]] = {}
         extra_tokens: dict[int, list[int]] = {}
         rand, vocab = self._rng.random, self.vocab_size
-        for chunk in batch.chunks:
+        chunks, counts = batch.chunks, batch.counts
+        if counts is not None and counts.num_ranked == 0 and counts.num_draws == counts.num_sampled == len(chunks):
+            # every chunk samples one token: the loop below, draw for draw
+            next_tokens = {chunk.seq_id: int(rand() * vocab) for chunk in chunks}
+            chunks = ()
+        for chunk in chunks:
             if not chunk.sample:
                 continue
             if chunk.num_logprobs > 0:

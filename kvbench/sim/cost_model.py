@@ -93,6 +93,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from kvbench.batch import BatchCounts
 from kvbench.geometry import DTYPE_BYTES, KVGeometry
 from kvbench.sim import allreduce
 from kvbench.sim.operators import OP_KEYS, LayerShape, gemm_s
@@ -483,26 +484,21 @@ def count_runs(slots) -> int:
 
 
 def summarize(batch) -> StepSummary:
-    """Count a StepBatch's work in O(number of chunks + copy/swap ops)."""
+    """Count a StepBatch's work: O(copy/swap ops) with the counts the scheduler kept, else O(chunks) more."""
     bs = int(batch.block_size)
     if bs < 1:
         raise ValueError(f"block_size must be >= 1, got {bs}")
-    tokens = sampled = draws = pre_blocks = dec_blocks = 0
-    pre_pairs = dec_pairs = 0
-    for c in batch.chunks:
-        q = len(c.token_ids)
-        ctx = c.start_pos + q
-        tokens += q
-        if c.sample:
-            sampled += 1
-            draws += c.num_samples
-        if q == 1:
-            dec_pairs += ctx
-            dec_blocks += -(-ctx // bs)
-        elif q:
-            pre_pairs += q * c.start_pos + q * (q + 1) // 2
-            pre_blocks += -(-ctx // bs)
-    s = StepSummary(bs, tokens, len(batch.chunks), sampled, draws, pre_pairs, pre_blocks, dec_pairs, dec_blocks)
+    counts = getattr(batch, "counts", None)  # kept by the scheduler as it built the batch
+    if counts is None:
+        counts = BatchCounts()
+        counts.add(batch.chunks, bs)
+    s = StepSummary(bs, counts.num_tokens, len(batch.chunks), counts.num_sampled, counts.num_draws,
+                    counts.prefill_pairs, counts.prefill_blocks, counts.decode_pairs, counts.decode_blocks)
+    return _add_ops(s, batch)
+
+
+def _add_ops(s: StepSummary, batch) -> StepSummary:
+    """Count the batch's copy, page and swap work into ``s``."""
     if batch.copy_ops:
         s.copy_ops = len(batch.copy_ops)
         s.copy_slots = sum(op.length for op in batch.copy_ops)

@@ -10,6 +10,9 @@ Groups (one per suite):
 
 - ``allocator``: one steady-state step of each strategy (256 running sequences, the
   ``test_bench_allocators`` stream) / a fixed pure-Python dict-and-list workload;
+- ``sim``: one fixed simulated run of the engine (``test_bench_engine.SimRun``: 128 requests
+  in plain decode, about 6K sequence-steps) per allocator / the reference workload repeated
+  200 times (so that both sides take milliseconds);
 - ``kernel``: the torch paged attention the engine calls on the CPU / the same attention
   over contiguous K/V (``scaled_dot_product_attention`` per sequence), one mixed step.
 
@@ -35,7 +38,7 @@ BASELINE = Path(__file__).with_name("baseline.json")
 # On the shared 2-core machine: unchanged tree within +11% over 7 runs at moderate load, up to
 # +24% at load average 10; an injected 40% slowdown read +32% and +34%.
 TOLERANCE = 0.20
-ROUNDS = {"allocator": 300, "kernel": 60}
+ROUNDS = {"allocator": 300, "sim": 15, "kernel": 60}
 
 
 def _slowdowns() -> dict[str, float]:
@@ -84,6 +87,24 @@ def allocator_ratios(rounds: int, slow: dict[str, float]) -> dict[str, float]:
     return {name: statistics.median(r) for name, r in ratios.items()}
 
 
+def _python_reference_200() -> None:
+    for _ in range(200):
+        _python_reference()
+
+
+def sim_ratios(rounds: int, slow: dict[str, float]) -> dict[str, float]:
+    from tests.benchmarks.test_bench_engine import SIM_GATE_ALLOCATORS, SimRun
+
+    runs = {f"sim-{name}": SimRun(name) for name in SIM_GATE_ALLOCATORS}
+    ratios: dict[str, list[float]] = {name: [] for name in runs}
+    for _ in range(rounds):
+        for name, sim in runs.items():
+            sim.prepare()
+            ref = _timed(_python_reference_200)
+            ratios[name].append(_timed(sim.run, slow.get(name, 1.0)) / ref)
+    return {name: statistics.median(r) for name, r in ratios.items()}
+
+
 def kernel_ratios(rounds: int, slow: dict[str, float]) -> dict[str, float]:
     import torch
 
@@ -125,6 +146,7 @@ def measure(scale: float = 1.0) -> dict[str, dict[str, float]]:
     slow = _slowdowns()
     rounds = {g: max(5, int(n * scale)) for g, n in ROUNDS.items()}
     return {"allocator": allocator_ratios(rounds["allocator"], slow),
+            "sim": sim_ratios(rounds["sim"], slow),
             "kernel": kernel_ratios(rounds["kernel"], slow)}
 
 
