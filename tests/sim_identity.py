@@ -25,7 +25,7 @@ import pandas as pd
 
 REFERENCE = Path(__file__).parent / "fixtures" / "sim_identity.json"
 # Summary fields that legitimately differ between two runs of the same config.
-VOLATILE_SUMMARY = ("run_id", "wall_s", "schedule_s_per_token")
+VOLATILE_SUMMARY = ("run_id", "wall_s", "schedule_s_per_token", "commit", "tree_clean")  # provenance: the code, not its results
 VOLATILE_STEPS = ("schedule_s",)
 
 _PRESSURE = "engine.kv_cache_bytes=1.6384e9"  # 2,000 OPT-13B slots: preemptions under load
