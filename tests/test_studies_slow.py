@@ -12,12 +12,23 @@ from kvbench.results import load_index
 
 ROOT = Path(__file__).resolve().parent.parent
 EXPERIMENTS = sorted(p.stem for p in (ROOT / "conf" / "experiment").glob("*.yaml"))
-SHORT = {"backend=hf": ["workload.num_requests=2"], "backend=sim": ["workload.duration_s=30"]}
 
 
-def backend_of(name: str) -> str:
-    text = (ROOT / "conf" / "experiment" / f"{name}.yaml").read_text()
-    return "backend=hf" if "override /backend: hf" in text else "backend=sim"
+def short_run(name: str) -> list[str]:
+    """Overrides that make the experiment quick: a 30 s trace where it has a finite rate, else
+    (every request at time 0, a replayed trace) fewer requests."""
+    from hydra import compose, initialize_config_dir
+
+    from kvbench.config import CONF_DIR
+
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose(config_name="config", overrides=[f"experiment={name}"])
+    if cfg.backend.name == "hf":
+        return ["workload.num_requests=2"]
+    rate = cfg.workload.get("request_rate")
+    if rate is not None and "duration_s" in cfg.workload and float(rate) != float("inf"):
+        return ["workload.duration_s=30"]
+    return ["workload.num_requests=60"]
 
 
 @pytest.mark.slow
@@ -25,7 +36,7 @@ def backend_of(name: str) -> str:
 def test_experiment_runs_every_job(experiment, tmp_path):
     env = dict(os.environ, PYTHONPATH=str(ROOT), WANDB_MODE="offline")
     proc = subprocess.run([sys.executable, "-m", "kvbench.app", "-m", f"experiment={experiment}",
-                           *SHORT[backend_of(experiment)], "progress=false", f"results_dir={tmp_path}"],
+                           *short_run(experiment), "progress=false", f"results_dir={tmp_path}"],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=1800)
     assert proc.returncode == 0, proc.stderr[-3000:]
     index = load_index(tmp_path / "index.jsonl")
