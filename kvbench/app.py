@@ -410,29 +410,24 @@ def format_table(rows: list[dict], columns=SHOW_COLUMNS) -> str:
 
 
 # -- command line ------------------------------------------------------------------------------
-_VALUE_FLAGS = {"--cfg", "-c", "--package", "-p", "--config-name", "-cn", "--config-path", "-cp",
-                "--config-dir", "-cd", "--info", "-i", "--experimental-rerun"}
-_NO_CHECK_FLAGS = {"--help", "-h", "--hydra-help", "--cfg", "-c", "--info", "-i", "--shell-completion", "-sc"}
-
-
 def _split_argv(argv: list[str]) -> tuple[list[str], bool, bool]:
-    """Overrides, whether it is a multirun, and whether to skip the pre-check."""
-    overrides, multirun, skip = [], False, False
-    it = iter(argv)
-    for arg in it:
-        if arg in ("-m", "--multirun"):
-            multirun = True
-        elif arg in _NO_CHECK_FLAGS:
-            skip = True
-            if arg in _VALUE_FLAGS:
-                next(it, None)
-        elif arg in _VALUE_FLAGS:
-            next(it, None)
-        elif arg.startswith("-"):
-            skip = True
-        else:
-            overrides.append(arg)
-    return overrides, multirun, skip
+    """Overrides, whether it is a multirun, and whether to skip the pre-check (help, --cfg, --info:
+    nothing runs). Hydra's own parser reads the flags, abbreviations (``--multir``) included; a
+    flag it refuses raises ConfigError."""
+    from hydra._internal.utils import get_args_parser
+
+    if any(a.startswith("--v") and "--version".startswith(a.split("=", 1)[0]) for a in argv):
+        return [], False, True
+    parser = get_args_parser()
+
+    def refuse(message: str) -> None:
+        raise ConfigError(f"command line: {message}")
+
+    parser.error = refuse  # type: ignore[method-assign]
+    args = parser.parse_args(argv)
+    skip = bool(args.help or args.hydra_help or args.cfg or args.info or args.shell_completion
+                or args.experimental_rerun)
+    return list(args.overrides), bool(args.multirun), skip
 
 
 def _job_overrides(overrides: list[str], multirun: bool) -> list[list[str]]:
@@ -486,17 +481,28 @@ def _check_hf(cfg: DictConfig) -> None:
 
 def precheck(argv: list[str]) -> str | None:
     """Compose and validate every job of the command line; the one-line error, or None."""
-    overrides, multirun, skip = _split_argv(argv)
-    if skip:
-        return None
     from hydra import compose, initialize_config_dir
     from hydra.errors import HydraException
 
+    from kvbench.knob_types import check_knob_types, group_overrides
+    from kvbench.sweeper_checks import check_launch
+
     try:
+        overrides, multirun, skip = _split_argv(argv)
+        if skip:
+            return None
         jobs = _job_overrides(overrides, multirun)
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-            for job in jobs:
-                cfg = compose(config_name="config", overrides=[o for o in job if not o.startswith("hydra")])
+            bases: dict[tuple[str, ...], DictConfig] = {}
+            for num, job in enumerate(jobs):
+                plain = [o for o in job if not o.lstrip("+~").startswith("hydra")]
+                cfg = compose(config_name="config", overrides=plain)
+                groups = tuple(group_overrides(plain))
+                if groups not in bases:
+                    bases[groups] = compose(config_name="config", overrides=list(groups))
+                check_knob_types(cfg, bases[groups])
+                if num == 0:
+                    check_launch(compose, overrides, job, multirun)
                 check_job(cfg)
     except _errors() as exc:
         return str(exc).splitlines()[0] if str(exc).strip() else type(exc).__name__

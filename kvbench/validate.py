@@ -16,6 +16,9 @@ from kvbench.engine.scheduler import beam_limit_error
 PIB = 2**50
 MAX_REQUESTS = 10_000_000  # as many arrivals as a duration_s workload may make
 BYTES_PER_PROMPT_TOKEN = 36  # a Python int in a list: the pointer plus the int object
+MIN_RATE = 1e-6  # requests/s: one request in 11.6 days; below, a run's arrivals span ages
+MAX_HOST_S = 10.0  # seconds of host work per step, sequence or token: beyond any real system
+MAX_WAIT_S = 1e6  # seconds a user may think between two turns (11.6 days)
 
 
 @dataclass(frozen=True)
@@ -100,7 +103,7 @@ RULES: list[Rule] = [
     Rule("engine.chunked_prefill", "bool"),
     # workload knobs every workload takes
     Rule("workload.num_requests", "int", low=1, optional=True, when=_has("workload.num_requests")),
-    Rule("workload.request_rate", "number", above=0, allow_inf=True, when=_has("workload.request_rate")),
+    Rule("workload.request_rate", "number", low=MIN_RATE, allow_inf=True, when=_has("workload.request_rate")),
     Rule("workload.burstiness", "number", above=0, when=_has("workload.burstiness")),
     Rule("workload.n", "int", low=1, high=1024, when=_has("workload.n")),
     Rule("workload.beam_width", "int", low=1, high=1024, when=_has("workload.beam_width")),
@@ -108,6 +111,24 @@ RULES: list[Rule] = [
     Rule("workload.duration_s", "number", above=0, optional=True, when=_has("workload.duration_s")),
     # logger
     Rule("logger.max_step_logs", "int", low=0, when=_wandb),
+    # host costs of the system profile (null: the cost model's default), seconds
+    *(Rule(f"system.{key}", "number", low=0, high=MAX_HOST_S, optional=True, when=_has(f"system.{key}"))
+      for key in ("step_overhead_s", "seq_overhead_s", "sample_host_s")),
+    # workload knobs of one workload each (absent elsewhere)
+    Rule("workload.prefix_len", "int", low=0, high=10_000_000, when=_has("workload.prefix_len")),
+    Rule("workload.max_turns", "int", low=1, high=10_000, when=_has("workload.max_turns")),
+    Rule("workload.think_time_s", "number", low=0, high=MAX_WAIT_S, when=_has("workload.think_time_s")),
+    Rule("workload.expected_tpot_s", "number", above=0, high=MAX_HOST_S, when=_has("workload.expected_tpot_s")),
+    Rule("workload.zipf_s", "number", low=0, high=100, when=_has("workload.zipf_s")),
+    Rule("workload.dependent", "bool", when=_has("workload.dependent")),
+    Rule("workload.real_prompts", "bool", when=_has("workload.real_prompts")),
+    Rule("workload.repeat", "bool", when=_has("workload.repeat")),
+    Rule("workload.ignore_eos", "bool", when=_has("workload.ignore_eos")),
+    Rule("metrics.report", "bool", when=_has("metrics.report")),
+    # sampling (hf backend)
+    Rule("backend.temperature", "number", low=0, high=100, when=_has("backend.temperature")),
+    Rule("backend.top_p", "number", above=0, high=1, when=_has("backend.top_p")),
+    Rule("backend.top_k", "int", low=0, when=_has("backend.top_k")),
 ]
 
 _MISSING = object()
