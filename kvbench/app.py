@@ -458,7 +458,9 @@ def check_job(cfg: DictConfig) -> None:
         _allocator(cfg, KVGeometry.from_model_cfg(cfg.model), _kv_bytes(cfg)[0])
     else:
         _check_hf(cfg)
-    _workload(cfg)
+    from kvbench.validate import check_servable
+
+    check_servable(cfg, _workload(cfg).requests)
 
 
 def _check_hf(cfg: DictConfig) -> None:
@@ -585,18 +587,18 @@ def _hydra_main(cfg: DictConfig) -> float | None:
         kept = f"the finished run stays in {run_dir}" if not _discard(run_dir) else "its unfinished run dir was removed"
         print(f"kvbench: {what}; {kept}", file=sys.stderr)
         sys.exit(code)
-    except _errors() + (OSError,) as exc:
+    except Exception as exc:  # one line, never a traceback (KVBENCH_TRACEBACK=1 shows it)
         _finish_logger(logger, 1)
         logger = None
         _discard(run_dir)
-        if multirun and "optuna" in str(hc.sweeper.get("_target_", "")).lower():
-            logging.getLogger("kvbench").error("job %s: %s", hc.job.override_dirname, exc)
-            return float("nan")  # Optuna records a failed trial and goes on with the study
-        if multirun:
-            raise  # this job fails; the launcher finishes the others
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        print(f"kvbench: error: {first}; nothing was kept", file=sys.stderr)
-        sys.exit(2)
+        if os.environ.get("KVBENCH_TRACEBACK") == "1":
+            raise
+        line = error_line(exc)
+        if multirun:  # this job fails; the sweeper goes on with the others (kvbench.jobresult)
+            return job_failed(hc, line)
+        code = 2 if isinstance(exc, _errors() + (OSError,)) else 1
+        print(f"kvbench: error: {line}; nothing was kept", file=sys.stderr)
+        sys.exit(code)
     except BaseException:
         _finish_logger(logger, 1)
         logger = None
@@ -610,13 +612,68 @@ def _hydra_main(cfg: DictConfig) -> float | None:
                 (run_dir / ".running").unlink(missing_ok=True)
     log = logging.getLogger("kvbench")  # Hydra sends it to the console and the run's app.log
     log.info("\n%s", format_table([summary]))
+    nothing_served = _nothing_served(summary, run_dir)
+    if nothing_served:
+        print(f"kvbench: error: {nothing_served}", file=sys.stderr)
+        if not multirun:
+            sys.exit(2)
     metrics = cfg.get("metrics") or {}
     if metrics.get("report") and not multirun:
         from kvbench.metrics import format_report, parse_percentiles
 
         log.info("\n%s", format_report(summary, parse_percentiles(metrics.get("percentiles"))))
     log.info("results: %s", run_dir)
-    return summary.get(str(cfg.get("optimized_metric") or "request_throughput"))
+    return _objective(summary, cfg, hc)
+
+
+def _nothing_served(summary: dict, run_dir: Path) -> str | None:
+    """The loud line of a run that finished no request (it exits 2; its files stay, for the reasons)."""
+    if summary.get("num_finished") or not summary.get("num_rejected"):
+        return None
+    reason = ""
+    try:
+        import pandas as pd
+
+        reasons = pd.read_parquet(run_dir / "requests.parquet", columns=["reason"])["reason"].dropna()
+        reason = f" (first reason: {reasons.iloc[0]})" if len(reasons) else ""
+    except (OSError, ValueError, KeyError, ImportError):
+        pass
+    return (f"all {summary['num_rejected']} requests were rejected{reason}; the run measured nothing "
+            f"(kept in {run_dir})")
+
+
+def _objective(summary: dict, cfg: DictConfig, hc):
+    """The sweeper's value of this run: its optimized_metric; NaN where the run has none, or under
+    Optuna a JobFailed (a NaN would make optuna 2.x raise and end the study)."""
+    from kvbench.jobresult import JobFailed
+
+    metric = str(cfg.get("optimized_metric") or "request_throughput")
+    value = summary.get(metric)
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value == value:
+        return float(value)
+    if "optuna" in str(hc.sweeper.get("_target_", "")).lower():
+        return JobFailed(f"the run reports no {metric}", str(hc.job.override_dirname))
+    return float("nan")
+
+
+def error_line(exc: BaseException) -> str:
+    """The first line of an error, its type where it has no text; names an unexpected type."""
+    text = str(exc).strip()
+    first = text.splitlines()[0] if text else ""
+    if isinstance(exc, _errors() + (OSError,)):
+        return first or type(exc).__name__
+    return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+
+
+def job_failed(hc, line: str):
+    """Report a failed sweep job in one line and return its JobFailed marker (a NaN)."""
+    from kvbench.jobresult import JobFailed, record_failure
+
+    overrides = str(hc.job.override_dirname)
+    print(f"kvbench: error: job {hc.job.num} ({overrides or 'no overrides'}): {line}; nothing was kept",
+          file=sys.stderr)
+    record_failure(Path(hc.sweep.dir), int(hc.job.num), overrides, line)
+    return JobFailed(line, overrides)
 
 
 def _finish_logger(logger, exit_code: int) -> None:
@@ -647,6 +704,10 @@ def main() -> None:
     import hydra
 
     hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")(_hydra_main)()
+    from kvbench.jobresult import FailedJobs
+
+    if FailedJobs.failed:
+        sys.exit(1)
 
 
 if __name__ == "__main__":

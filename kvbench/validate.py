@@ -153,6 +153,9 @@ def check_rules(cfg) -> None:
                 raise ConfigError(f"{rule.key} is missing; it must be {rule.allowed()}")
             rule.check(value)
     _check_beam_limits(cfg)
+    check_names(cfg)
+    check_baseline(cfg)
+    check_wandb_key(cfg)
 
 
 def _check_beam_limits(cfg) -> None:
@@ -175,3 +178,85 @@ def _check_request_count(cfg) -> None:
     need = num * (prompt * BYTES_PER_PROMPT_TOKEN + 1024)
     raise ConfigError(f"workload.num_requests must be <= {MAX_REQUESTS:,}; {num:,} requests would need about "
                       f"{need / 2**30:,.0f} GiB of memory for their prompts and records alone")
+
+
+# -- checks beyond the knob table -----------------------------------------------------------
+MAX_NAME_BYTES = 200  # a folder name, with room for the run id beside it (file systems allow 255)
+
+
+def check_names(cfg) -> None:
+    """Folder names that every file system takes, and a results dir that is not a dangling link."""
+    import os
+    from pathlib import Path
+
+    name = cfg.get("experiment_name")
+    if isinstance(name, str) and len(name.encode()) > MAX_NAME_BYTES:
+        raise ConfigError(f"experiment_name must be at most {MAX_NAME_BYTES} bytes (it names a folder); "
+                          f"got {len(name.encode())}")
+    if isinstance(name, str) and not name.strip():
+        raise ConfigError(f"experiment_name must be a plain folder name; got {name!r}")
+    results = cfg.get("results_dir")
+    if not isinstance(results, str):
+        return
+    for part in Path(results).parts:
+        if len(part.encode()) > 255:
+            raise ConfigError(f"results_dir: the folder name {part[:20]}... is {len(part.encode())} bytes; "
+                              "file systems allow 255")
+    path = Path(results).expanduser()
+    for folder in (path, *path.parents):
+        if folder.is_symlink() and not folder.exists():
+            raise ConfigError(f"results_dir: {folder} is a symlink to {os.readlink(folder)}, which does not exist")
+
+
+def check_baseline(cfg) -> None:
+    """A named baseline (``+baseline=orca-max``) fixes its allocator and engine knobs: refuse a run
+    that changes one of them, since its results would carry a baseline name they do not measure."""
+    name = cfg.get("baseline")
+    if name is None:
+        return
+    from omegaconf import OmegaConf
+
+    from kvbench.config import CONF_DIR
+
+    path = CONF_DIR / "baseline" / f"{name}.yaml"
+    if not isinstance(name, str) or not path.is_file():
+        options = sorted(p.stem for p in (CONF_DIR / "baseline").glob("*.yaml"))
+        raise ConfigError(f"baseline must be one of {', '.join(options)}; got {name!r}")
+    fixed = OmegaConf.load(path)
+    for group in ("allocator", "engine"):
+        for key, value in (fixed.get(group) or {}).items():
+            actual = _select(cfg, f"{group}.{key}")
+            if actual != value:
+                raise ConfigError(f"baseline={name} fixes {group}.{key}={value}; this run sets {actual}: "
+                                  f"drop +baseline or the {group}.{key} override")
+
+
+def check_wandb_key(cfg) -> None:
+    """``logger.mode=online`` needs an API key (WANDB_API_KEY or a netrc login) before the run starts."""
+    import netrc
+    import os
+    from urllib.parse import urlparse
+
+    if not _wandb(cfg) or cfg.logger.get("mode") != "online" or os.environ.get("WANDB_API_KEY"):
+        return
+    host = urlparse(os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai")).hostname or ""
+    try:
+        if netrc.netrc(os.environ.get("NETRC")).authenticators(host):
+            return
+    except (OSError, netrc.NetrcParseError):
+        pass
+    raise ConfigError("logger.mode=online needs a W&B API key: set WANDB_API_KEY or run `wandb login`, "
+                      "or use logger.mode=offline")
+
+
+def check_servable(cfg, requests) -> None:
+    """Refuse a run that would reject every request for a reason known before it starts."""
+    if not requests:
+        return
+    eng = cfg.engine
+    budget = eng.max_num_batched_tokens
+    shortest = min(r.prompt_len for r in requests)
+    if not eng.chunked_prefill and isinstance(budget, int) and shortest > budget:
+        raise ConfigError(f"engine.max_num_batched_tokens={budget} is below every prompt (the shortest has "
+                          f"{shortest} tokens) with engine.chunked_prefill=false: every request would be "
+                          "rejected; raise the budget or set engine.chunked_prefill=true")
