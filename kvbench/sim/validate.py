@@ -16,7 +16,6 @@ models only. The values it prints are the ones in ``cost_model.DEFAULTS``.
 """
 from __future__ import annotations
 
-import argparse
 import csv
 import statistics
 import sys
@@ -137,17 +136,21 @@ def print_fit(points: list[dict]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    from kvbench.cli import OneLineParser, fail
+    from kvbench.sim.points_file import PointsError, check_points, read_points
+
+    parser = OneLineParser(prog="kvbench-validate", description=__doc__.splitlines()[0])
     parser.add_argument("--file", type=Path, default=MEASUREMENTS, help="measurements CSV")
     parser.add_argument("--fit", action="store_true", help="calibrate FIT_KEYS and cross-validate them")
     args = parser.parse_args(argv)
-    if not args.file.is_file():
-        print(f"kvbench-validate: no measurements file {args.file}", file=sys.stderr)
-        return 2
+    try:
+        points = check_points(read_points(args.file), args.file, GPT_MODELS, fit_keys=len(FIT_KEYS) if args.fit else 0)
+    except PointsError as exc:
+        return fail("kvbench-validate", str(exc))
     if args.fit:
-        print_fit(load_points(args.file))
+        print_fit(points)
         return 0
-    rows = evaluate(load_points(args.file))
+    rows = evaluate(points)
     print(f"{'model':9} {'GPUs':>4} {'batch':>5} {'in':>4} {'out':>4} {'measured ms':>12} {'model ms':>10} {'error':>7}")
     for r in rows:
         print(f"{r['model']:9} {r['count']:>4} {r['batch']:>5} {r['input_len']:>4} {r['output_len']:>4} "
