@@ -64,16 +64,15 @@ def known_optional() -> dict[str, object]:
     return known
 
 
-def _leaves(node, prefix: str = ""):
-    """(dotted key, value) for every leaf of a config, interpolations left unresolved."""
-    items = node.items_ex(resolve=False) if isinstance(node, DictConfig) else []
-    for key, value in items:
+def _leaves(node, prefix: str = "", skip: tuple[str, ...] = SKIP_ROOTS):
+    """(dotted key, node) for every leaf of a config outside ``skip``, interpolations unresolved."""
+    for key in node if isinstance(node, DictConfig) else []:
         path = f"{prefix}{key}"
-        if prefix == "" and key in SKIP_ROOTS:
+        if path in skip:
             continue
         child = node._get_node(key)
-        if isinstance(value, DictConfig) and not child._is_interpolation():
-            yield from _leaves(value, path + ".")
+        if isinstance(child, DictConfig) and not child._is_interpolation() and not child._is_none():
+            yield from _leaves(child, path + ".", skip)
         else:
             yield path, child
 
@@ -125,6 +124,8 @@ def _number_error(key: str, default, value) -> str | None:
         return f"{key} must be a finite number; got {value!r}"
     if what == "an integer" and not float(value).is_integer():
         return f"{key} must be an integer; got {value!r}"
+    if value < 0 <= default:
+        return f"{key} must be >= 0; got {value!r}"
     if abs(value) > ABSURD:
         return f"{key} must be at most {ABSURD:g} in size; got {value!r}"
     return None
@@ -132,20 +133,27 @@ def _number_error(key: str, default, value) -> str | None:
 
 def check_knob_types(cfg: DictConfig, base: DictConfig) -> None:
     """Raise ConfigError for the first knob of ``cfg`` that is unknown or of the wrong kind."""
-    defaults = {key: _value(node) for key, node in _leaves(base)}
-    optional = None
-    for key, node in _leaves(cfg):
+    check_node_kinds(cfg, base, "", SKIP_ROOTS, optional=True)
+
+
+def check_node_kinds(cfg: DictConfig, base: DictConfig, prefix: str, skip: tuple[str, ...],
+                     optional: bool = False) -> None:
+    """``check_knob_types`` for one node (``prefix`` names it: ``hydra.launcher.``); ``optional``:
+    the keys of ``known_optional()`` are known too."""
+    defaults = {key: _value(node) for key, node in _leaves(base, prefix, skip)}
+    known = None if optional else {}
+    for key, node in _leaves(cfg, prefix, skip):
         value = _value(node)
         if value is _UNSET:
             continue
         if key in defaults:
             default = defaults[key]
         else:
-            optional = known_optional() if optional is None else optional
-            if key not in optional:
+            known = known_optional() if known is None else known
+            if key not in known:
                 raise ConfigError(f"{key}: unknown key; kvbench reads no such knob (check the spelling "
                                   f"in {_conf_hint(key)})")
-            default = optional[key]
+            default = known[key]
         if default is _UNSET or default is None:
             continue
         error = kind_error(key, default, value)
@@ -155,6 +163,8 @@ def check_knob_types(cfg: DictConfig, base: DictConfig) -> None:
 
 def _conf_hint(key: str) -> str:
     group = key.split(".", 1)[0]
+    if group == "hydra":
+        return "the plugin's settings: kvbench --info config"
     return f"conf/{group}/" if (CONF_DIR / group).is_dir() else "conf/config.yaml"
 
 

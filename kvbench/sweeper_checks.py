@@ -30,6 +30,10 @@ def check_launch(compose: Callable, overrides: list[str], first_job: list[str], 
     hydra_overrides = [o.input_line for o in parsed if o.key_or_group.startswith("hydra")]
     plain = [o for o in first_job if not o.lstrip("+~").startswith("hydra")]
     cfg = compose(config_name="config", overrides=plain + hydra_overrides, return_hydra_config=True)
+    from kvbench.knob_types import group_overrides
+
+    choices = group_overrides(plain) + [o for o in hydra_overrides if o.lstrip("+").startswith("hydra/")]
+    _check_plugin_kinds(compose, cfg, choices)
     _check_launcher(cfg.hydra.launcher)
     optuna = _is_optuna(cfg.hydra)
     intervals = [o for o in parsed if not o.key_or_group.startswith("hydra") and _is_interval(o)]
@@ -39,6 +43,15 @@ def check_launch(compose: Callable, overrides: list[str], first_job: list[str], 
     if optuna and multirun:
         _check_optuna(cfg, parsed)
     check_objective(cfg, optuna and multirun)
+
+
+def _check_plugin_kinds(compose: Callable, cfg: DictConfig, plugin_choices: list[str]) -> None:
+    """The launcher's and sweeper's settings keep the kinds of their defaults; no unknown keys."""
+    from kvbench.knob_types import check_node_kinds
+
+    base = compose(config_name="config", overrides=plugin_choices, return_hydra_config=True)
+    for node in ("launcher", "sweeper"):
+        check_node_kinds(cfg.hydra[node], base.hydra[node], f"hydra.{node}.", (f"hydra.{node}.params",))
 
 
 def _check_launcher(launcher: DictConfig) -> None:

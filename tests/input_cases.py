@@ -63,7 +63,6 @@ def knob_cases(conf_dir: str | None = None) -> list[tuple[str, list[str]]]:
     from hydra import compose, initialize_config_dir
 
     from kvbench.config import CONF_DIR
-    from kvbench.knob_types import _leaves, _value
 
     seen: set[str] = set()
     cases = []
@@ -78,6 +77,30 @@ def knob_cases(conf_dir: str | None = None) -> list[tuple[str, list[str]]]:
                 for value in _bad_values(key, default):
                     cases.append((f"{key}={value}|{' '.join(variant)}", [*variant, f"{key}={value}"]))
     return cases
+
+
+def _leaves(node, prefix: str = ""):
+    """(dotted key, node) of every leaf outside ``hydra``, interpolations unresolved."""
+    from omegaconf import DictConfig
+
+    for key in node:
+        path = f"{prefix}{key}"
+        if path == "hydra":
+            continue
+        child = node._get_node(key)
+        if isinstance(child, DictConfig) and not child._is_interpolation():
+            yield from _leaves(child, path + ".")
+        else:
+            yield path, child
+
+
+def _value(node):
+    from omegaconf import DictConfig, ListConfig, OmegaConf
+
+    if node._is_interpolation() or node._is_missing():
+        return None
+    value = node._value()
+    return OmegaConf.to_container(value) if isinstance(value, (DictConfig, ListConfig)) else value
 
 
 LONG_NAME = "x" * 300
@@ -112,7 +135,6 @@ EXTRA_CASES: list[tuple[str, list[str]]] = [
     ("wandb-online-no-key", ["logger=wandb", "logger.mode=online"]),
     ("wandb-tags-string", ["logger=wandb", "logger.tags=abc"]),
     ("wandb-project-empty", ["logger=wandb", "logger.project=''"]),
-    ("window-rejects-all", ["allocator=paged_window", "allocator.window=64", "model=gemma-2-2b"]),
     ("window-zero", ["allocator=paged_window", "allocator.window=0", "model=gemma-2-2b"]),
     ("swap-pool-tiny", ["allocator=paged_prefix", "allocator.block_size=8", "engine.preemption=swap",
                         "engine.swap_space_bytes=0"]),
@@ -148,3 +170,44 @@ EXTRA_CASES: list[tuple[str, list[str]]] = [
 
 def all_cases() -> list[tuple[str, list[str]]]:
     return knob_cases() + EXTRA_CASES
+
+
+def run_process(overrides: list[str], tmp, timeout: float = 300.0) -> dict:
+    """Run ``kvbench`` on a case in a fresh folder; what it printed and what it left behind."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    tmp = Path(tmp)
+    work = tmp / "cwd"
+    work.mkdir(parents=True, exist_ok=True)
+    (work / "user-file.txt").write_text("mine\n")
+    before = {p for p in tmp.rglob("*")}
+    root = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "PYTHONPATH": str(root), "OMP_NUM_THREADS": "1", "WANDB_MODE": "offline",
+           "WANDB_DIR": str(tmp / "wandb-dir")}
+    proc = subprocess.run([sys.executable, "-m", "kvbench.app", f"results_dir={tmp / 'results'}", "progress=false",
+                           *overrides], cwd=work, env=env, capture_output=True, text=True, timeout=timeout)
+    after = {p for p in tmp.rglob("*")}
+    results = tmp / "results"
+    written = sorted(str(p) for p in after - before if results not in p.parents and p != results)
+    removed = sorted(str(p) for p in before - after)
+    return {"rc": proc.returncode, "stderr": proc.stderr, "written": written, "removed": removed}
+
+
+def classify_process(out: dict) -> str:
+    """clean: exit 2, one stderr line starting ``kvbench: error:``, nothing written outside the results
+    dir and nothing removed; else what went wrong first."""
+    lines = [ln for ln in out["stderr"].splitlines() if ln.strip()]
+    if "Traceback" in out["stderr"]:
+        return "traceback"
+    if out["removed"]:
+        return "removed"
+    if out["written"]:
+        return "wrote"
+    if out["rc"] == 0:
+        return "silent"
+    if len(lines) != 1 or not lines[0].startswith("kvbench: error:") or out["rc"] != 2:
+        return "multi-line"
+    return "clean"
