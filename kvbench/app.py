@@ -463,6 +463,15 @@ def check_job(cfg: DictConfig) -> None:
     check_servable(cfg, _workload(cfg).requests)
 
 
+def check_composed(cfg: DictConfig, base: DictConfig) -> None:
+    """One job's checks: every knob keeps the kind of its default in ``base`` (the job's group
+    choices alone, ``kvbench.knob_types``), then ``check_job``."""
+    from kvbench.knob_types import check_knob_types
+
+    check_knob_types(cfg, base)
+    check_job(cfg)
+
+
 def _check_hf(cfg: DictConfig) -> None:
     """The hf backend's device, attention path and explicit KV size, before any model is built."""
     from kvbench.executors.hf import resolve_device
@@ -486,7 +495,7 @@ def precheck(argv: list[str]) -> str | None:
     from hydra import compose, initialize_config_dir
     from hydra.errors import HydraException
 
-    from kvbench.knob_types import check_knob_types, group_overrides
+    from kvbench.knob_types import group_overrides
     from kvbench.sweeper_checks import check_launch
 
     try:
@@ -502,10 +511,9 @@ def precheck(argv: list[str]) -> str | None:
                 groups = tuple(group_overrides(plain))
                 if groups not in bases:
                     bases[groups] = compose(config_name="config", overrides=list(groups))
-                check_knob_types(cfg, bases[groups])
+                check_composed(cfg, bases[groups])
                 if num == 0:
                     check_launch(compose, overrides, job, multirun)
-                check_job(cfg)
     except _errors() as exc:
         return str(exc).splitlines()[0] if str(exc).strip() else type(exc).__name__
     except (HydraException, ValueError) as exc:

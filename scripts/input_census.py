@@ -17,14 +17,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
-from input_cases import all_cases, classify_process, run_process  # noqa: E402
+from input_cases import all_cases, classify_process, run_process, with_results  # noqa: E402
 
 
 def in_process(args: list[str], results: Path) -> tuple[str, str]:
     from kvbench.app import precheck
 
     try:
-        error = precheck([f"results_dir={results}", *args])
+        error = precheck(with_results(args, results))
     except BaseException as exc:  # noqa: BLE001 - the census counts what escapes
         return "traceback", f"{type(exc).__name__}: {exc}".splitlines()[0]
     if error is None:
