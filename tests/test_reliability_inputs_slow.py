@@ -1,0 +1,90 @@
+"""Reliability of inputs (slow tier): the class cases as real ``kvbench`` processes, console
+scripts as processes, a sweep whose job fails after the pre-check on hf, and an Optuna study
+whose trials fail. Each process must exit 2 (1 for a sweep with failed jobs) with one line per
+failure, no traceback, nothing written outside its results dir and nothing removed.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import input_cases as ic
+
+pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parent.parent
+CASES = ic.knob_cases()[::4] + ic.EXTRA_CASES
+
+
+@pytest.mark.parametrize("case_id,args", CASES, ids=[c for c, _ in CASES])
+def test_case_as_a_process_exits_2_with_one_line(case_id, args, tmp_path):
+    out = ic.run_process(args, tmp_path)
+    assert ic.classify_process(out) == "clean", out
+
+
+def _script(module: str, args: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_MODE": "offline"}
+    env.pop("WANDB_API_KEY", None)
+    return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=300)
+
+
+@pytest.mark.parametrize("module,args,code", [
+    ("kvbench.sim.validate", ["--file", "empty.csv"], 2),
+    ("kvbench.sim.validate", ["--fit", "--file", "one.csv"], 2),
+    ("kvbench.sim.validate", ["--bogus"], 2),
+    ("kvbench.loggers.sync", ["--timeout", "nan"], 2),
+    ("kvbench.loggers.sync", ["no-such-folder"], 2),
+    ("kvbench.dashboard", ["--save"], 2),
+    ("kvbench.dashboard", ["--save", "--entity", "nobody-kvbench-test"], 1),
+])
+def test_console_scripts_as_processes(module, args, code, tmp_path):
+    from kvbench.sim.validate import MEASUREMENTS
+
+    (tmp_path / "empty.csv").write_text("")
+    lines = [ln for ln in MEASUREMENTS.read_text().splitlines() if not ln.startswith("#")]
+    (tmp_path / "one.csv").write_text("\n".join(lines[:2]) + "\n")
+    before = set(tmp_path.rglob("*"))
+    proc = _script(module, args, tmp_path)
+    err = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert proc.returncode == code and len(err) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert set(tmp_path.rglob("*")) == before
+
+
+def _kvbench(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    return subprocess.run([sys.executable, "-m", "kvbench.app", *args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=600)
+
+
+def test_hf_sweep_with_a_job_failing_after_the_precheck(tmp_path):
+    """workload.ignore_eos=true,false on a model with no EOS: one line for the false job, the true
+    job finishes and keeps its run, exit 1."""
+    from kvbench.results import load_index
+
+    proc = _kvbench(["-m", "backend=hf", "model=tiny-llama", "workload.num_requests=4", "workload.ignore_eos=true,false",
+                     f"results_dir={tmp_path / 'results'}", "progress=false"], tmp_path)
+    errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("kvbench")]
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert len(errors) == 2 and "names no EOS token" in errors[0], errors
+    assert len(load_index(tmp_path / "results" / "index.jsonl")) == 1
+
+
+def test_optuna_study_goes_on_after_failed_trials(tmp_path):
+    proc = _kvbench(["-m", "hydra/sweeper=optuna", "hydra.sweeper.n_trials=4", "hydra.sweeper.sampler.seed=1",
+                     "backend=hf", "model=tiny-llama", "workload.num_requests=4", "workload.ignore_eos=choice(true,false)",
+                     f"results_dir={tmp_path / 'results'}", "progress=false"], tmp_path)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert "Best value" in proc.stdout + proc.stderr
+    assert proc.returncode == (1 if "job(s) of this sweep failed" in proc.stderr else 0)
+
+
+def test_a_run_that_rejects_every_request_exits_2_and_says_so(tmp_path):
+    proc = _kvbench(["engine.kv_cache_bytes=1.2e8", "workload.num_requests=4",
+                     f"results_dir={tmp_path / 'results'}", "progress=false"], tmp_path)
+    err = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert proc.returncode == 2 and len(err) == 1 and err[0].startswith("kvbench: error: all 4 requests were rejected"), \
+        proc.stderr
