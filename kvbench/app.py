@@ -458,9 +458,11 @@ def check_job(cfg: DictConfig) -> None:
         _allocator(cfg, KVGeometry.from_model_cfg(cfg.model), _kv_bytes(cfg)[0])
     else:
         _check_hf(cfg)
-    from kvbench.validate import check_servable
+    from kvbench.validate import check_dataset, check_servable
 
-    check_servable(cfg, _workload(cfg).requests)
+    workload = _workload(cfg)
+    check_dataset(cfg, workload)
+    check_servable(cfg, workload.requests)
 
 
 def check_composed(cfg: DictConfig, base: DictConfig) -> None:
@@ -476,6 +478,10 @@ def _check_hf(cfg: DictConfig) -> None:
     """The hf backend's device, attention path and explicit KV size, before any model is built."""
     from kvbench.executors.hf import resolve_device
 
+    from kvbench.hf.model import FAMILIES
+
+    if cfg.model.family not in FAMILIES:
+        raise ConfigError(f"model.family must be one of {', '.join(FAMILIES)} on backend=hf; got {cfg.model.family!r}")
     device = resolve_device(cfg.engine.device)
     if cfg.engine.attention == "triton" and device == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
         raise ConfigError("engine.attention=triton needs a CUDA device (or TRITON_INTERPRET=1 on the CPU); "

@@ -260,3 +260,14 @@ def check_servable(cfg, requests) -> None:
         raise ConfigError(f"engine.max_num_batched_tokens={budget} is below every prompt (the shortest has "
                           f"{shortest} tokens) with engine.chunked_prefill=false: every request would be "
                           "rejected; raise the budget or set engine.chunked_prefill=true")
+
+
+def check_dataset(cfg, workload) -> None:
+    """A data file the user names must be whole: one that ends inside the array (cut off in a copy
+    or a download) would run on the records before the cut without a word. The packaged
+    ShareGPT copy (no workload.path) is torn upstream and stays accepted."""
+    path = cfg.workload.get("path")
+    meta = getattr(workload, "meta", {}) or {}
+    if path and meta.get("torn_tail"):
+        raise ConfigError(f"workload.path: {path} is cut off: it ends inside the JSON array after "
+                          f"{meta.get('records', '?')} complete records; give a whole file")

@@ -88,3 +88,25 @@ def test_a_run_that_rejects_every_request_exits_2_and_says_so(tmp_path):
     err = [ln for ln in proc.stderr.splitlines() if ln.strip()]
     assert proc.returncode == 2 and len(err) == 1 and err[0].startswith("kvbench: error: all 4 requests were rejected"), \
         proc.stderr
+
+
+def test_a_torn_sharegpt_file_is_refused_and_a_whole_one_runs(tmp_path):
+    import json
+
+    import reliability_cases as rc
+    from kvbench.app import precheck
+
+    text = json.dumps(rc._pairs(60))
+    (tmp_path / "torn.json").write_text(text[: len(text) // 2])
+    (tmp_path / "whole.json").write_text(text)
+    base = ["workload=sharegpt", "model=smollm2-135m", "workload.source=dataset", f"results_dir={tmp_path / 'r'}"]
+    error = precheck([*base, f"workload.path={tmp_path / 'torn.json'}"])
+    assert error and "is cut off" in error and "30 complete records" in error
+    assert precheck([*base, f"workload.path={tmp_path / 'whole.json'}"]) is None
+
+
+def test_hf_family_is_checked_up_front(tmp_path):
+    from kvbench.app import precheck
+
+    error = precheck(["-m", "backend=hf", "model=tiny-llama", "model.family=llama,nope", f"results_dir={tmp_path}"])
+    assert error and error.startswith("model.family must be one of")
