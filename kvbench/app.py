@@ -458,8 +458,9 @@ def check_job(cfg: DictConfig) -> None:
         _allocator(cfg, KVGeometry.from_model_cfg(cfg.model), _kv_bytes(cfg)[0])
     else:
         _check_hf(cfg)
-    from kvbench.validate import check_dataset, check_servable
+    from kvbench.validate import check_activation, check_dataset, check_servable
 
+    check_activation(cfg)
     workload = _workload(cfg)
     check_dataset(cfg, workload)
     check_servable(cfg, workload.requests)
@@ -469,8 +470,10 @@ def check_composed(cfg: DictConfig, base: DictConfig) -> None:
     """One job's checks: every knob keeps the kind of its default in ``base`` (the job's group
     choices alone, ``kvbench.knob_types``), then ``check_job``."""
     from kvbench.knob_types import check_knob_types
+    from kvbench.sweeper_checks import check_objective
 
     check_knob_types(cfg, base)
+    check_objective(cfg, required=False)
     check_job(cfg)
 
 
@@ -532,6 +535,9 @@ def precheck(argv: list[str]) -> str | None:
         if cause is not None and str(cause).splitlines():
             msg += ": " + str(cause).splitlines()[0]
         return msg
+    except Exception as exc:  # a check that broke on a value no class foresaw: still one line
+        text = str(exc).strip().splitlines()
+        return f"the config could not be checked ({type(exc).__name__}: {text[0] if text else 'no detail'})"
     return None
 
 
@@ -680,7 +686,7 @@ def error_line(exc: BaseException) -> str:
 
 
 def job_failed(hc, line: str):
-    """Report a failed sweep job in one line and return its JobFailed marker (a NaN)."""
+    """Report a failed sweep job in one line and return its JobFailed marker."""
     from kvbench.jobresult import JobFailed, record_failure
 
     overrides = str(hc.job.override_dirname)

@@ -154,6 +154,7 @@ def check_rules(cfg) -> None:
             rule.check(value)
     _check_beam_limits(cfg)
     check_names(cfg)
+    check_choices(cfg)
     check_baseline(cfg)
     check_wandb_key(cfg)
 
@@ -181,6 +182,19 @@ def _check_request_count(cfg) -> None:
 
 
 # -- checks beyond the knob table -----------------------------------------------------------
+CHOICES: dict[str, tuple[str, ...]] = {  # string knobs no other check reads before the run
+    "model.load": ("dummy", "pretrained"),
+    "backend.torch_attention": ("batched", "reference"),
+}
+
+
+def check_choices(cfg) -> None:
+    for key, allowed in CHOICES.items():
+        value = _select(cfg, key, missing=True)
+        if value is not _MISSING and value is not None and value not in allowed:
+            raise ConfigError(f"{key} must be one of {', '.join(allowed)}; got {value!r}")
+
+
 MAX_NAME_BYTES = 200  # a folder name, with room for the run id beside it (file systems allow 255)
 
 
@@ -271,3 +285,16 @@ def check_dataset(cfg, workload) -> None:
     if path and meta.get("torn_tail"):
         raise ConfigError(f"workload.path: {path} is cut off: it ends inside the JSON array after "
                           f"{meta.get('records', '?')} complete records; give a whole file")
+
+
+def check_activation(cfg) -> None:
+    """``model.hidden_activation`` (Gemma) names a transformers activation, on every backend."""
+    activation = cfg.model.get("hidden_activation")
+    if activation is None:
+        return
+    from transformers.activations import ACT2FN
+
+    if activation not in ACT2FN:
+        raise ConfigError(f"model.hidden_activation must be a transformers activation such as gelu_pytorch_tanh; "
+                          f"got {activation!r}")
+

@@ -5,7 +5,7 @@ bad values of its kind, and every launcher, sweeper and console-script setting i
 knob once, ``(case_id, overrides)`` with a value of the knob's class that must be refused:
 
 - boolean: ``maybe`` and ``2``;
-- string: ``''``;
+- string: ``''``, and ``nope`` where the knob is a choice (every string knob but ``FREE_STRINGS``);
 - number: ``inf`` (where the default is finite), ``nan``, ``abc``, ``1e300``, and ``-1`` where
   the knob is a count, size or rate (every numeric knob but those of ``SIGNED``);
 - list: ``abc`` (a string would become a list of its characters).
@@ -38,7 +38,9 @@ VARIANTS: list[list[str]] = [
 
 SIGNED: set[str] = set()  # numeric knobs for which a negative value means something
 NOT_VALUES = {"name", "experiment_name", "results_dir"}  # identity keys with cases of their own
-FREE_STRINGS = {"model.family"}  # knobs checked by their own table: '' only
+# free-form strings (names, paths, groups): only '' is wrong; every other string knob is a choice
+FREE_STRINGS = {"logger.project", "logger.entity", "logger.group", "logger.dir", "model.tokenizer", "model.path",
+                "workload.path"}
 
 
 def _bad_values(key: str, default) -> list[str]:
@@ -52,7 +54,7 @@ def _bad_values(key: str, default) -> list[str]:
             values.append("-1")
         return values
     if isinstance(default, str):
-        return ["''"]
+        return ["''"] if key in FREE_STRINGS else ["''", "nope"]
     if isinstance(default, list):
         return ["abc"]
     return []
@@ -192,7 +194,7 @@ def run_process(overrides: list[str], tmp, timeout: float = 300.0) -> dict:
     (work / "user-file.txt").write_text("mine\n")
     before = {p for p in tmp.rglob("*")}
     root = Path(__file__).resolve().parent.parent
-    env = {**os.environ, "PYTHONPATH": str(root), "OMP_NUM_THREADS": "1", "WANDB_MODE": "offline",
+    env = {**os.environ, "PYTHONPATH": os.environ.get("PYTHONPATH") or str(root), "OMP_NUM_THREADS": "1", "WANDB_MODE": "offline",
            "WANDB_DIR": str(tmp / "wandb-dir")}
     proc = subprocess.run([sys.executable, "-m", "kvbench.app", *with_results(overrides, tmp / "results")],
                           cwd=work, env=env, capture_output=True, text=True, timeout=timeout)
