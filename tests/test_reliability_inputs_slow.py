@@ -60,17 +60,22 @@ def _kvbench(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
                           text=True, timeout=600)
 
 
-def test_hf_sweep_with_a_job_failing_after_the_precheck(tmp_path):
+@pytest.mark.parametrize("launcher", [[], ["hydra/launcher=joblib", "hydra.launcher.n_jobs=2"]], ids=["basic", "joblib"])
+def test_hf_sweep_with_a_job_failing_after_the_precheck(launcher, tmp_path):
     """workload.ignore_eos=true,false on a model with no EOS: one line for the false job, the true
-    job finishes and keeps its run, exit 1."""
+    job finishes and keeps its run, exit 1; the sweep dir records the failure."""
+    from kvbench.jobresult import read_failures
     from kvbench.results import load_index
 
-    proc = _kvbench(["-m", "backend=hf", "model=tiny-llama", "workload.num_requests=4", "workload.ignore_eos=true,false",
+    proc = _kvbench(["-m", *launcher, "backend=hf", "model=tiny-llama", "workload.num_requests=4", "workload.ignore_eos=true,false",
                      f"results_dir={tmp_path / 'results'}", "progress=false"], tmp_path)
     errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("kvbench")]
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
     assert len(errors) == 2 and "names no EOS token" in errors[0], errors
-    assert len(load_index(tmp_path / "results" / "index.jsonl")) == 1
+    index = load_index(tmp_path / "results" / "index.jsonl")
+    assert len(index) == 1
+    records = list((tmp_path / "results").rglob("failed_jobs.jsonl"))
+    assert len(records) == 1 and [f["job"] for f in read_failures(records[0].parent)] == [1]
 
 
 def test_optuna_study_goes_on_after_failed_trials(tmp_path):
