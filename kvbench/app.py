@@ -723,7 +723,20 @@ def main() -> None:
     os.environ.setdefault("KVBENCH_KEEP_DIR", _keep_dir(sys.argv[1:]))
     import hydra
 
-    hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")(_hydra_main)()
+    full_error = os.environ.get("HYDRA_FULL_ERROR")
+    os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra re-raises what fails outside a job; one line below
+    try:
+        hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")(_hydra_main)()
+    except Exception as exc:  # e.g. a full disk as Hydra writes the next job's .hydra/ files
+        if os.environ.get("KVBENCH_TRACEBACK") == "1":
+            raise
+        print(f"kvbench: error: {error_line(exc)}; Hydra stopped here, finished runs are kept", file=sys.stderr)
+        sys.exit(2 if isinstance(exc, _errors() + (OSError,)) else 1)
+    finally:
+        if full_error is None:
+            os.environ.pop("HYDRA_FULL_ERROR", None)
+        else:
+            os.environ["HYDRA_FULL_ERROR"] = full_error
     from kvbench.jobresult import FailedJobs
 
     if FailedJobs.failed:

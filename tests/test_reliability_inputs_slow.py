@@ -115,3 +115,28 @@ def test_hf_family_is_checked_up_front(tmp_path):
 
     error = precheck(["-m", "backend=hf", "model=tiny-llama", "model.family=llama,nope", f"results_dir={tmp_path}"])
     assert error and error.startswith("model.family must be one of")
+
+
+def test_a_full_disk_mid_sweep_is_one_line_per_failure(tmp_path):
+    """A real ENOSPC (a 200 KiB tmpfs): the job that hits it is one line, Hydra failing to write
+    the next job's config is one more, the finished runs keep their files and rows."""
+    from kvbench.results import load_index
+
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=200k", "tmpfs", str(disk)], capture_output=True).returncode:
+        pytest.skip("needs a tmpfs mount (root)")
+    try:
+        env_args = ["-m", "seed=0,1,2,3,4,5,6,7", "workload.num_requests=40", f"results_dir={disk / 'results'}",
+                    "progress=false", "hydra/job_logging=disabled"]
+        proc = subprocess.run([sys.executable, "-m", "kvbench.app", *env_args], cwd=tmp_path, capture_output=True,
+                              text=True, timeout=600, env={**os.environ, "PYTHONPATH": str(ROOT),
+                                                           "KVBENCH_MIN_FREE_BYTES": "0", "OMP_NUM_THREADS": "1"})
+        lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+        assert proc.returncode != 0 and "Traceback" not in proc.stderr, proc.stderr
+        assert lines and all(ln.startswith("kvbench") for ln in lines), proc.stderr
+        assert any("No space left" in ln for ln in lines)
+        finished = list((disk / "results").rglob("summary.json"))
+        assert finished and len(load_index(disk / "results" / "index.jsonl")) == len(finished)
+    finally:
+        subprocess.run(["umount", str(disk)], capture_output=True)
