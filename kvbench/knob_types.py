@@ -7,7 +7,8 @@ and raises ``ConfigError`` for the first knob whose new value is of another kind
 - a boolean default takes only true or false (``maybe`` is refused);
 - a string default takes only a non-empty string (``''`` is refused);
 - a number takes only a finite number (inf only where the default is inf), an integer default
-  only a whole number, and no number beyond ``ABSURD`` in size;
+  only a whole number, no negative number where the default is >= 0, and nothing beyond
+  ``ABSURD`` in size;
 - a list default takes only a list (``abc`` would become the tags a, b, c).
 
 A key the defaults do not have (``+foo=1``) is refused unless it is an optional knob some code
@@ -25,8 +26,9 @@ from kvbench.config import CONF_DIR, ConfigError
 ABSURD = 1e18  # no knob of a run means anything this large (bytes of a PiB are 1.1e15)
 
 # keys read when present, beyond those of the config files: key -> example value of their kind
+# (None: any kind; the code that reads it checks it)
 OPTIONAL: dict[str, object] = {
-    "model.eos_token_id": 2,
+    "model.eos_token_id": None,  # an id or a list of ids: the hf executor checks it
     "model.tie_word_embeddings": True,
     "model.rope_theta": 10000.0,
     "model.rms_norm_eps": 1e-6,
@@ -44,8 +46,8 @@ def _group_fields(group: str) -> dict[str, object]:
     for path in sorted((CONF_DIR / group).glob("*.yaml")):
         node = OmegaConf.load(path)
         for key, value in node.items():
-            if value is not None and key not in fields:
-                fields[f"{group}.{key}"] = value
+            if value is not None:
+                fields.setdefault(f"{group}.{key}", value)
     return fields
 
 
