@@ -86,6 +86,13 @@ def test_precheck_refuses_with_one_line(case_id, args, tmp_path, monkeypatch):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_dangling_results_symlink_is_refused(tmp_path):
+    (tmp_path / "results").symlink_to(tmp_path / "gone")
+    error = composed_check(["results_dir=" + str(tmp_path / "results" / "sub")], tmp_path / "unused")
+    assert error and "is a symlink to" in error and "does not exist" in error
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["results"]
+
+
 def test_good_sweeps_pass_the_precheck(tmp_path):
     for args in (["-m", "hydra/sweeper=optuna", "workload.request_rate=interval(1,5)"],
                  ["-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "seed=0,1"],
