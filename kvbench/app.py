@@ -424,29 +424,24 @@ def format_table(rows: list[dict], columns=SHOW_COLUMNS) -> str:
 
 
 # -- command line ------------------------------------------------------------------------------
-_VALUE_FLAGS = {"--cfg", "-c", "--package", "-p", "--config-name", "-cn", "--config-path", "-cp",
-                "--config-dir", "-cd", "--info", "-i", "--experimental-rerun"}
-_NO_CHECK_FLAGS = {"--help", "-h", "--hydra-help", "--cfg", "-c", "--info", "-i", "--shell-completion", "-sc"}
-
-
 def _split_argv(argv: list[str]) -> tuple[list[str], bool, bool]:
-    """Overrides, whether it is a multirun, and whether to skip the pre-check."""
-    overrides, multirun, skip = [], False, False
-    it = iter(argv)
-    for arg in it:
-        if arg in ("-m", "--multirun"):
-            multirun = True
-        elif arg in _NO_CHECK_FLAGS:
-            skip = True
-            if arg in _VALUE_FLAGS:
-                next(it, None)
-        elif arg in _VALUE_FLAGS:
-            next(it, None)
-        elif arg.startswith("-"):
-            skip = True
-        else:
-            overrides.append(arg)
-    return overrides, multirun, skip
+    """Overrides, whether it is a multirun, and whether to skip the pre-check (help, --cfg, --info:
+    nothing runs). Hydra's own parser reads the flags, abbreviations (``--multir``) included; a
+    flag it refuses raises ConfigError."""
+    from hydra._internal.utils import get_args_parser
+
+    if any(a.startswith("--v") and "--version".startswith(a.split("=", 1)[0]) for a in argv):
+        return [], False, True
+    parser = get_args_parser()
+
+    def refuse(message: str) -> None:
+        raise ConfigError(f"command line: {message}")
+
+    parser.error = refuse  # type: ignore[method-assign]
+    args = parser.parse_args(argv)
+    skip = bool(args.help or args.hydra_help or args.cfg or args.info or args.shell_completion
+                or args.experimental_rerun)
+    return list(args.overrides), bool(args.multirun), skip
 
 
 def _job_overrides(overrides: list[str], multirun: bool) -> list[list[str]]:
@@ -477,13 +472,33 @@ def check_job(cfg: DictConfig) -> None:
         _allocator(cfg, KVGeometry.from_model_cfg(cfg.model), _kv_bytes(cfg)[0])
     else:
         _check_hf(cfg)
-    _workload(cfg)
+    from kvbench.validate import check_activation, check_dataset, check_servable
+
+    check_activation(cfg)
+    workload = _workload(cfg)
+    check_dataset(cfg, workload)
+    check_servable(cfg, workload.requests)
+
+
+def check_composed(cfg: DictConfig, base: DictConfig) -> None:
+    """One job's checks: every knob keeps the kind of its default in ``base`` (the job's group
+    choices alone, ``kvbench.knob_types``), then ``check_job``."""
+    from kvbench.knob_types import check_knob_types
+    from kvbench.sweeper_checks import check_objective
+
+    check_knob_types(cfg, base)
+    check_objective(cfg, required=False)
+    check_job(cfg)
 
 
 def _check_hf(cfg: DictConfig) -> None:
     """The hf backend's device, attention path and explicit KV size, before any model is built."""
     from kvbench.executors.hf import resolve_device
 
+    from kvbench.hf.model import FAMILIES
+
+    if cfg.model.family not in FAMILIES:
+        raise ConfigError(f"model.family must be one of {', '.join(FAMILIES)} on backend=hf; got {cfg.model.family!r}")
     device = resolve_device(cfg.engine.device)
     if cfg.engine.attention == "triton" and device == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
         raise ConfigError("engine.attention=triton needs a CUDA device (or TRITON_INTERPRET=1 on the CPU); "
@@ -500,18 +515,28 @@ def _check_hf(cfg: DictConfig) -> None:
 
 def precheck(argv: list[str]) -> str | None:
     """Compose and validate every job of the command line; the one-line error, or None."""
-    overrides, multirun, skip = _split_argv(argv)
-    if skip:
-        return None
     from hydra import compose, initialize_config_dir
     from hydra.errors import HydraException
 
+    from kvbench.knob_types import group_overrides
+    from kvbench.sweeper_checks import check_launch
+
     try:
+        overrides, multirun, skip = _split_argv(argv)
+        if skip:
+            return None
         jobs = _job_overrides(overrides, multirun)
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-            for job in jobs:
-                cfg = compose(config_name="config", overrides=[o for o in job if not o.startswith("hydra")])
-                check_job(cfg)
+            bases: dict[tuple[str, ...], DictConfig] = {}
+            for num, job in enumerate(jobs):
+                plain = [o for o in job if not o.lstrip("+~").startswith("hydra")]
+                cfg = compose(config_name="config", overrides=plain)
+                groups = tuple(group_overrides(plain))
+                if groups not in bases:
+                    bases[groups] = compose(config_name="config", overrides=list(groups))
+                check_composed(cfg, bases[groups])
+                if num == 0:
+                    check_launch(compose, overrides, job, multirun)
             _plan_output_dirs(jobs, multirun)
     except _errors() as exc:
         return str(exc).splitlines()[0] if str(exc).strip() else type(exc).__name__
@@ -525,6 +550,9 @@ def precheck(argv: list[str]) -> str | None:
         if cause is not None and str(cause).splitlines():
             msg += ": " + str(cause).splitlines()[0]
         return msg
+    except Exception as exc:  # a check that broke on a value no class foresaw: still one line
+        text = str(exc).strip().splitlines()
+        return f"the config could not be checked ({type(exc).__name__}: {text[0] if text else 'no detail'})"
     return None
 
 
@@ -616,18 +644,18 @@ def _job(cfg: DictConfig, hc, run_dir: Path, worker: bool) -> float | None:
         if not worker:  # a worker's parent prints the one line for the whole multirun
             print(f"kvbench: {signals.what(exc)}; {kept}", file=sys.stderr)
         sys.exit(signals.exit_code(exc))
-    except _errors() + (OSError,) as exc:
+    except Exception as exc:  # one line, never a traceback (KVBENCH_TRACEBACK=1 shows it)
         _finish_logger(logger, 1)
         logger = None
         kept = discard(run_dir)
-        if multirun and "optuna" in str(hc.sweeper.get("_target_", "")).lower():
-            logging.getLogger("kvbench").error("job %s: %s", hc.job.override_dirname, exc)
-            return float("nan")  # Optuna records a failed trial and goes on with the study
-        if multirun:
-            raise  # this job fails; the launcher finishes the others
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        print(f"kvbench: error: {first}; {kept}", file=sys.stderr)
-        sys.exit(2)
+        if os.environ.get("KVBENCH_TRACEBACK") == "1":
+            raise
+        line = error_line(exc)
+        if multirun:  # this job fails; the sweeper goes on with the others (kvbench.jobresult)
+            return job_failed(hc, line)
+        code = 2 if isinstance(exc, _errors() + (OSError,)) else 1
+        print(f"kvbench: error: {line}; {kept}", file=sys.stderr)
+        sys.exit(code)
     except BaseException:
         _finish_logger(logger, 1)
         logger = None
@@ -641,13 +669,68 @@ def _job(cfg: DictConfig, hc, run_dir: Path, worker: bool) -> float | None:
                 (run_dir / ".running").unlink(missing_ok=True)
     log = logging.getLogger("kvbench")  # Hydra sends it to the console and the run's app.log
     log.info("\n%s", format_table([summary]))
+    nothing_served = _nothing_served(summary, run_dir)
+    if nothing_served:
+        print(f"kvbench: error: {nothing_served}", file=sys.stderr)
+        if not multirun:
+            sys.exit(2)
     metrics = cfg.get("metrics") or {}
     if metrics.get("report"):
         from kvbench.metrics import format_report, parse_percentiles
 
         log.info("\n%s", format_report(summary, parse_percentiles(metrics.get("percentiles"))))
     log.info("results: %s", run_dir)
-    return summary.get(str(cfg.get("optimized_metric") or "request_throughput"))
+    return _objective(summary, cfg, hc)
+
+
+def _nothing_served(summary: dict, run_dir: Path) -> str | None:
+    """The loud line of a run that finished no request (it exits 2; its files stay, for the reasons)."""
+    if summary.get("num_finished") or not summary.get("num_rejected"):
+        return None
+    reason = ""
+    try:
+        import pandas as pd
+
+        reasons = pd.read_parquet(run_dir / "requests.parquet", columns=["reason"])["reason"].dropna()
+        reason = f" (first reason: {reasons.iloc[0]})" if len(reasons) else ""
+    except (OSError, ValueError, KeyError, ImportError):
+        pass
+    return (f"all {summary['num_rejected']} requests were rejected{reason}; the run measured nothing "
+            f"(kept in {run_dir})")
+
+
+def _objective(summary: dict, cfg: DictConfig, hc):
+    """The sweeper's value of this run: its optimized_metric; NaN where the run has none, or under
+    Optuna a JobFailed (a NaN would make optuna 2.x raise and end the study)."""
+    from kvbench.jobresult import JobFailed
+
+    metric = str(cfg.get("optimized_metric") or "request_throughput")
+    value = summary.get(metric)
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value == value:
+        return float(value)
+    if "optuna" in str(hc.sweeper.get("_target_", "")).lower():
+        return JobFailed(f"the run reports no {metric}", str(hc.job.override_dirname))
+    return float("nan")
+
+
+def error_line(exc: BaseException) -> str:
+    """The first line of an error, its type where it has no text; names an unexpected type."""
+    text = str(exc).strip()
+    first = text.splitlines()[0] if text else ""
+    if isinstance(exc, _errors() + (OSError,)):
+        return first or type(exc).__name__
+    return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+
+
+def job_failed(hc, line: str):
+    """Report a failed sweep job in one line and return its JobFailed marker."""
+    from kvbench.jobresult import JobFailed, record_failure
+
+    overrides = str(hc.job.override_dirname)
+    print(f"kvbench: error: job {hc.job.num} ({overrides or 'no overrides'}): {line}; nothing was kept",
+          file=sys.stderr)
+    record_failure(Path(hc.sweep.dir), int(hc.job.num), overrides, line)
+    return JobFailed(line, overrides)
 
 
 def _finish_logger(logger, exit_code: int) -> None:
@@ -669,11 +752,27 @@ def main() -> None:
         sys.exit(2)
     import hydra
 
+    full_error = os.environ.get("HYDRA_FULL_ERROR")
+    os.environ["HYDRA_FULL_ERROR"] = "1"  # Hydra re-raises what fails outside a job; one line below
     try:
         hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")(_hydra_main)()
     except (KeyboardInterrupt, Terminated) as exc:  # outside a job: Hydra's start-up, a multirun parent
         print(f"kvbench: {signals.what(exc)}; {_stop_and_clean()}", file=sys.stderr)
         sys.exit(signals.exit_code(exc))
+    except Exception as exc:  # e.g. a full disk as Hydra writes the next job's .hydra/ files
+        if os.environ.get("KVBENCH_TRACEBACK") == "1":
+            raise
+        print(f"kvbench: error: {error_line(exc)}; Hydra stopped here, finished runs are kept", file=sys.stderr)
+        sys.exit(2 if isinstance(exc, _errors() + (OSError,)) else 1)
+    finally:
+        if full_error is None:
+            os.environ.pop("HYDRA_FULL_ERROR", None)
+        else:
+            os.environ["HYDRA_FULL_ERROR"] = full_error
+    from kvbench.jobresult import FailedJobs
+
+    if FailedJobs.failed:
+        sys.exit(1)
 
 
 def _stop_and_clean() -> str:

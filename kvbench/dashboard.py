@@ -12,7 +12,6 @@ and Oracle are three bars, not one ``buddy``).
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -159,7 +158,9 @@ def spec_json(workspace) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``kvbench-dashboard``: print (default) or save the allocator comparison workspace."""
-    parser = argparse.ArgumentParser(
+    from kvbench.cli import OneLineParser, fail
+
+    parser = OneLineParser(
         prog="kvbench-dashboard",
         description="Build a W&B workspace comparing allocators. Prints it unless --save.",
     )
@@ -171,12 +172,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     out.add_argument("--save", action="store_true", help="save it to W&B (needs login, network)")
     args = parser.parse_args(argv)
 
-    if args.save and not args.entity:
-        print("kvbench-dashboard: --save needs --entity (or WANDB_ENTITY)", file=sys.stderr)
-        return 2
-    workspace = build_workspace(args.entity or "ENTITY", args.project, args.name)
+    if args.save and not (args.entity or "").strip():
+        return fail("kvbench-dashboard", "--save needs --entity (or WANDB_ENTITY)")
+    for flag, value in (("--entity", args.entity), ("--project", args.project), ("--name", args.name)):
+        if value is not None and not value.strip():
+            return fail("kvbench-dashboard", f"{flag} must not be empty")
+    try:
+        workspace = build_workspace(args.entity or "ENTITY", args.project, args.name)
+        if args.save:
+            workspace.save()
+    except Exception as exc:  # wandb and its HTTP client raise many types; the user needs one line
+        text = str(exc).strip().splitlines()
+        reason = f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+        return fail("kvbench-dashboard", f"could not {'save' if args.save else 'build'} the workspace for "
+                    f"{args.entity}/{args.project} (needs `wandb login`, a network and an entity you belong "
+                    f"to): {reason[:300]}", code=1)
     if args.save:
-        workspace.save()
         print(workspace.url)
     elif args.json:
         print(spec_json(workspace))

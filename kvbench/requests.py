@@ -37,3 +37,17 @@ class Request:
     def final_len(self) -> int:
         """Tokens one sequence of this request holds when it finishes."""
         return len(self.prompt_ids) + self.output_len
+
+
+def later_turns(request: Request) -> list[Request]:
+    """The turns a rejected turn's conversation never released, for the books: each prompt is the
+    history with the unknown replies as placeholder ids of their dataset length."""
+    turns, history, follow = [], list(request.prompt_ids) + [0] * request.output_len, request.follow_up
+    while follow is not None:
+        history = history + list(follow.user_ids)
+        turns.append(Request(follow.request_id, history, follow.output_len, request.arrival_s,
+                             request.n, request.beam_width))
+        history = history + [0] * follow.output_len
+        follow = follow.next
+    return turns
+

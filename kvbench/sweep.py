@@ -70,7 +70,7 @@ def job_failed(status: object, value: object) -> bool:
         return True
     if isinstance(value, Mapping):
         return bool(value.get("failed") or value.get("error")) or str(value.get("status", "")).lower() == "failed"
-    return False
+    return str(getattr(value, "status", "")).lower() == "failed"  # kvbench.jobresult.JobFailed
 
 
 def job_record(config: DictConfig, job_return: Any) -> dict:
@@ -84,6 +84,8 @@ def job_record(config: DictConfig, job_return: Any) -> dict:
             error = str(value).strip().splitlines()[0] if str(value).strip() else type(value).__name__
         elif isinstance(value, Mapping) and value.get("error"):
             error = str(value["error"]).splitlines()[0]
+        elif getattr(value, "error", None):  # kvbench.jobresult.JobFailed
+            error = str(value.error).splitlines()[0]
         else:
             error = "failed (no finished run)" if not finished else "failed"
     return {"num": int(config.hydra.job.num), "pid": os.getpid(), "overrides": list(job_return.overrides or []),

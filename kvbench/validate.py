@@ -16,6 +16,9 @@ from kvbench.engine.scheduler import beam_limit_error
 PIB = 2**50
 MAX_REQUESTS = 10_000_000  # as many arrivals as a duration_s workload may make
 BYTES_PER_PROMPT_TOKEN = 36  # a Python int in a list: the pointer plus the int object
+MIN_RATE = 1e-6  # requests/s: one request in 11.6 days; below, a run's arrivals span ages
+MAX_HOST_S = 10.0  # seconds of host work per step, sequence or token: beyond any real system
+MAX_WAIT_S = 1e6  # seconds a user may think between two turns (11.6 days)
 
 
 @dataclass(frozen=True)
@@ -107,7 +110,7 @@ RULES: list[Rule] = [
     Rule("engine.chunked_prefill", "bool"),
     # workload knobs every workload takes
     Rule("workload.num_requests", "int", low=1, optional=True, when=_has("workload.num_requests")),
-    Rule("workload.request_rate", "number", above=0, allow_inf=True, when=_has("workload.request_rate")),
+    Rule("workload.request_rate", "number", low=MIN_RATE, allow_inf=True, when=_has("workload.request_rate")),
     Rule("workload.burstiness", "number", above=0, when=_has("workload.burstiness")),
     Rule("workload.n", "int", low=1, high=1024, when=_has("workload.n")),
     Rule("workload.beam_width", "int", low=1, high=1024, when=_has("workload.beam_width")),
@@ -128,6 +131,24 @@ RULES: list[Rule] = [
     # load mode and tracker console (issue 26)
     Rule("workload.max_concurrency", "int", low=1, optional=True, when=_has("workload.max_concurrency")),
     Rule("logger.verbose", "bool", when=_wandb),
+    # host costs of the system profile (null: the cost model's default), seconds
+    *(Rule(f"system.{key}", "number", low=0, high=MAX_HOST_S, optional=True, when=_has(f"system.{key}"))
+      for key in ("step_overhead_s", "seq_overhead_s", "sample_host_s")),
+    # workload knobs of one workload each (absent elsewhere)
+    Rule("workload.prefix_len", "int", low=0, high=10_000_000, when=_has("workload.prefix_len")),
+    Rule("workload.max_turns", "int", low=1, high=10_000, when=_has("workload.max_turns")),
+    Rule("workload.think_time_s", "number", low=0, high=MAX_WAIT_S, when=_has("workload.think_time_s")),
+    Rule("workload.expected_tpot_s", "number", above=0, high=MAX_HOST_S, when=_has("workload.expected_tpot_s")),
+    Rule("workload.zipf_s", "number", low=0, high=100, when=_has("workload.zipf_s")),
+    Rule("workload.dependent", "bool", when=_has("workload.dependent")),
+    Rule("workload.real_prompts", "bool", when=_has("workload.real_prompts")),
+    Rule("workload.repeat", "bool", when=_has("workload.repeat")),
+    Rule("workload.ignore_eos", "bool", when=_has("workload.ignore_eos")),
+    Rule("metrics.report", "bool", when=_has("metrics.report")),
+    # sampling (hf backend)
+    Rule("backend.temperature", "number", low=0, high=100, when=_has("backend.temperature")),
+    Rule("backend.top_p", "number", above=0, high=1, when=_has("backend.top_p")),
+    Rule("backend.top_k", "int", low=0, when=_has("backend.top_k")),
 ]
 
 _MISSING = object()
@@ -153,6 +174,10 @@ def check_rules(cfg) -> None:
             rule.check(value)
     _check_beam_limits(cfg)
     _check_allreduce_table(cfg)
+    check_names(cfg)
+    check_choices(cfg)
+    check_baseline(cfg)
+    check_wandb_key(cfg)
 
 
 def _check_allreduce_table(cfg) -> None:
@@ -185,3 +210,122 @@ def _check_request_count(cfg) -> None:
     need = num * (prompt * BYTES_PER_PROMPT_TOKEN + 1024)
     raise ConfigError(f"workload.num_requests must be <= {MAX_REQUESTS:,}; {num:,} requests would need about "
                       f"{need / 2**30:,.0f} GiB of memory for their prompts and records alone")
+
+
+# -- checks beyond the knob table -----------------------------------------------------------
+CHOICES: dict[str, tuple[str, ...]] = {  # string knobs no other check reads before the run
+    "model.load": ("dummy", "pretrained"),
+    "backend.torch_attention": ("batched", "reference"),
+}
+
+
+def check_choices(cfg) -> None:
+    for key, allowed in CHOICES.items():
+        value = _select(cfg, key, missing=True)
+        if value is not _MISSING and value is not None and value not in allowed:
+            raise ConfigError(f"{key} must be one of {', '.join(allowed)}; got {value!r}")
+
+
+MAX_NAME_BYTES = 200  # a folder name, with room for the run id beside it (file systems allow 255)
+
+
+def check_names(cfg) -> None:
+    """Folder names that every file system takes, and a results dir that is not a dangling link."""
+    import os
+    from pathlib import Path
+
+    name = cfg.get("experiment_name")
+    if isinstance(name, str) and len(name.encode()) > MAX_NAME_BYTES:
+        raise ConfigError(f"experiment_name must be at most {MAX_NAME_BYTES} bytes (it names a folder); "
+                          f"got {len(name.encode())}")
+    if isinstance(name, str) and not name.strip():
+        raise ConfigError(f"experiment_name must be a plain folder name; got {name!r}")
+    results = cfg.get("results_dir")
+    if not isinstance(results, str):
+        return
+    for part in Path(results).parts:
+        if len(part.encode()) > 255:
+            raise ConfigError(f"results_dir: the folder name {part[:20]}... is {len(part.encode())} bytes; "
+                              "file systems allow 255")
+    path = Path(results).expanduser()
+    for folder in (path, *path.parents):
+        if folder.is_symlink() and not folder.exists():
+            raise ConfigError(f"results_dir: {folder} is a symlink to {os.readlink(folder)}, which does not exist")
+
+
+def check_baseline(cfg) -> None:
+    """A named baseline (``+baseline=orca-max``) fixes its allocator and engine knobs: refuse a run
+    that changes one of them, since its results would carry a baseline name they do not measure."""
+    name = cfg.get("baseline")
+    if name is None:
+        return
+    from omegaconf import OmegaConf
+
+    from kvbench.config import CONF_DIR
+
+    path = CONF_DIR / "baseline" / f"{name}.yaml"
+    if not isinstance(name, str) or not path.is_file():
+        options = sorted(p.stem for p in (CONF_DIR / "baseline").glob("*.yaml"))
+        raise ConfigError(f"baseline must be one of {', '.join(options)}; got {name!r}")
+    fixed = OmegaConf.load(path)
+    for group in ("allocator", "engine"):
+        for key, value in (fixed.get(group) or {}).items():
+            actual = _select(cfg, f"{group}.{key}")
+            if actual != value:
+                raise ConfigError(f"baseline={name} fixes {group}.{key}={value}; this run sets {actual}: "
+                                  f"drop +baseline or the {group}.{key} override")
+
+
+def check_wandb_key(cfg) -> None:
+    """``logger.mode=online`` needs an API key (WANDB_API_KEY or a netrc login) before the run starts."""
+    import netrc
+    import os
+    from urllib.parse import urlparse
+
+    if not _wandb(cfg) or cfg.logger.get("mode") != "online" or os.environ.get("WANDB_API_KEY"):
+        return
+    host = urlparse(os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai")).hostname or ""
+    try:
+        if netrc.netrc(os.environ.get("NETRC")).authenticators(host):
+            return
+    except (OSError, netrc.NetrcParseError):
+        pass
+    raise ConfigError("logger.mode=online needs a W&B API key: set WANDB_API_KEY or run `wandb login`, "
+                      "or use logger.mode=offline")
+
+
+def check_servable(cfg, requests) -> None:
+    """Refuse a run that would reject every request for a reason known before it starts."""
+    if not requests:
+        return
+    eng = cfg.engine
+    budget = eng.max_num_batched_tokens
+    shortest = min(r.prompt_len for r in requests)
+    if not eng.chunked_prefill and isinstance(budget, int) and shortest > budget:
+        raise ConfigError(f"engine.max_num_batched_tokens={budget} is below every prompt (the shortest has "
+                          f"{shortest} tokens) with engine.chunked_prefill=false: every request would be "
+                          "rejected; raise the budget or set engine.chunked_prefill=true")
+
+
+def check_dataset(cfg, workload) -> None:
+    """A data file the user names must be whole: one that ends inside the array (cut off in a copy
+    or a download) would run on the records before the cut without a word. The packaged
+    ShareGPT copy (no workload.path) is torn upstream and stays accepted."""
+    path = cfg.workload.get("path")
+    meta = getattr(workload, "meta", {}) or {}
+    if path and meta.get("torn_tail"):
+        raise ConfigError(f"workload.path: {path} is cut off: it ends inside the JSON array after "
+                          f"{meta.get('records', '?')} complete records; give a whole file")
+
+
+def check_activation(cfg) -> None:
+    """``model.hidden_activation`` (Gemma) names a transformers activation, on every backend."""
+    activation = cfg.model.get("hidden_activation")
+    if activation is None:
+        return
+    from transformers.activations import ACT2FN
+
+    if activation not in ACT2FN:
+        raise ConfigError(f"model.hidden_activation must be a transformers activation such as gelu_pytorch_tanh; "
+                          f"got {activation!r}")
+

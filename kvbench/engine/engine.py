@@ -18,7 +18,7 @@ from kvbench.engine.concurrency import ConcurrencyGate
 from kvbench.engine.recorder import Recorder, requests_frame, summarize
 from kvbench.engine.scheduler import Scheduler, SchedulerConfig
 from kvbench.engine.sequence import Group, GroupStatus, Seq
-from kvbench.requests import FollowUp, Request
+from kvbench.requests import FollowUp, Request, later_turns
 
 
 @dataclass
@@ -125,6 +125,7 @@ class Engine:
                 self.progress(finished)
             if self.max_steps is not None and step >= self.max_steps:
                 raise RuntimeError(f"engine did not finish within max_steps={self.max_steps}")
+        groups += self._unreleased_turns(groups)
         steps = recorder.steps_frame()
         reqs = requests_frame(groups)
         summary = summarize(steps, reqs, num_preemptions=sched.num_preemptions,
@@ -165,6 +166,17 @@ class Engine:
         self._snapshots.append((now, category, owner))
 
     # -- per-step output processing ----------------------------------------------------------
+    def _unreleased_turns(self, groups: list[Group]) -> list[Group]:
+        """Later turns of conversations whose turn was rejected: rejected too, with that reason."""
+        lost = []
+        for group in groups:
+            if group.status is GroupStatus.REJECTED and group.request.follow_up is not None:
+                for turn in later_turns(group.request):
+                    lost.append(Group(turn, []))
+                    lost[-1].status = GroupStatus.REJECTED
+                    lost[-1].reject_reason = f"an earlier turn of its conversation (request {group.request_id}) was rejected"
+        return lost
+
     def _new_group(self, request: Request) -> Group:
         return Group(request, [Seq(self.scheduler.new_seq_id(), list(request.prompt_ids))])
 

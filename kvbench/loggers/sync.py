@@ -7,7 +7,6 @@ this command says so in one line, exit 1). Already synced runs are skipped unles
 """
 from __future__ import annotations
 
-import argparse
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -30,19 +29,25 @@ def find_offline_runs(roots: Sequence[str | Path], include_synced: bool = False)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="kvbench-sync", description=__doc__.splitlines()[0])
+    from kvbench.cli import OneLineParser, finite_positive
+
+    parser = OneLineParser(prog="kvbench-sync", description=__doc__.splitlines()[0])
     parser.add_argument("roots", nargs="*", default=["results"], help="folders to search (results)")
     parser.add_argument("--list", action="store_true", help="only print the runs found")
     parser.add_argument("--all", action="store_true", help="include runs already synced")
     parser.add_argument("--project", help="W&B project to upload to (default: the run's own)")
     parser.add_argument("--entity", help="W&B entity to upload to")
-    parser.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for wandb sync")
+    parser.add_argument("--timeout", type=finite_positive, default=300.0, help="seconds to wait for wandb sync")
     args = parser.parse_args(argv)
 
     missing = [r for r in args.roots if not Path(r).is_dir()]
     if missing:
-        print(f"kvbench-sync: no folder {missing[0]}", file=sys.stderr)
+        print(f"kvbench-sync: error: no folder {missing[0]}", file=sys.stderr)
         return 2
+    for name, value in (("--project", args.project), ("--entity", args.entity)):
+        if value is not None and not value.strip():
+            print(f"kvbench-sync: error: {name} must not be empty", file=sys.stderr)
+            return 2
     runs = find_offline_runs(args.roots, include_synced=args.all)
     if not runs:
         print(f"kvbench-sync: no offline W&B runs to sync under {', '.join(args.roots)}", file=sys.stderr)
@@ -56,6 +61,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"kvbench-sync: syncing {len(runs)} run(s)", file=sys.stderr)
     try:
         proc = subprocess.run([*cmd, *map(str, runs)], capture_output=True, text=True, timeout=args.timeout)
+    except OSError as exc:
+        print(f"kvbench-sync: error: cannot start wandb sync: {exc}", file=sys.stderr)
+        return 1
     except subprocess.TimeoutExpired:
         print(f"kvbench-sync: wandb sync gave no answer in {args.timeout:g} s (no network?)", file=sys.stderr)
         return 1

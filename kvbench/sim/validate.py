@@ -20,7 +20,6 @@ constant fitted here (``--fit``), on the single-GPU rows only; the tensor-parall
 """
 from __future__ import annotations
 
-import argparse
 import csv
 import statistics
 import sys
@@ -217,22 +216,26 @@ def print_ops(held_out: bool, refit: bool) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    from kvbench.cli import OneLineParser, fail
+    from kvbench.sim.points_file import PointsError, check_points, read_points
+
+    parser = OneLineParser(prog="kvbench-validate", description=__doc__.splitlines()[0])
     parser.add_argument("--file", type=Path, default=MEASUREMENTS, help="end-to-end measurements CSV")
     parser.add_argument("--fit", action="store_true", help="refit FIT_KEYS on the single-GPU end-to-end rows")
     parser.add_argument("--fit-ops", action="store_true", help="refit the operator and all-reduce constants")
     parser.add_argument("--held-out", action="store_true", help="leave-one-model-out and leave-one-TP-out errors")
     parser.add_argument("--points", action="store_true", help="print every end-to-end point")
     args = parser.parse_args(argv)
-    if not args.file.is_file():
-        print(f"kvbench-validate: no measurements file {args.file}", file=sys.stderr)
-        return 2
+    try:
+        points = check_points(read_points(args.file), args.file, GPT_MODELS, fit_keys=len(FIT_KEYS) if args.fit else 0)
+    except PointsError as exc:
+        return fail("kvbench-validate", str(exc))
     if args.fit:
-        print_fit(load_points(args.file))
+        print_fit(points)
         return 0
     print_ops(args.held_out or args.fit_ops, args.fit_ops)
     print()
-    print_end_to_end(evaluate(load_points(args.file)), args.points)
+    print_end_to_end(evaluate(points), args.points)
     return 0
 
 
