@@ -19,6 +19,7 @@ from kvbench.config import CONF_DIR
 ALLOCATORS = ("orca-max", "orca-pow2", "orca-oracle", "contiguous", "contiguous-oracle", "paged",
               "paged_prefix", "radix", "vattention", "vattention-64k", "vattention-256k")
 LEFT_OUT = {"buddy": "the same knobs as orca-max (buddy, reserve=max)",
+            "vllm-v1": "vLLM's own KV manager, an optional extra (make peers)",
             "paged_window": "frees blocks that left a sliding window; OPT-13B has none"}
 COMMON = ["experiment_name=demo", "backend=sim", "model=opt-13b", "gpu=a100-40gb", "workload=sharegpt",
           "workload.num_requests=1500", "workload.request_rate=3.0", "logger=none", "progress=false"]

@@ -267,12 +267,13 @@ def load_index(path: str | os.PathLike = DEFAULT_INDEX, dedupe: bool = True, uni
     warning elsewhere. A missing file raises FileNotFoundError.
     """
     path = Path(path)
+    missing = False
     try:
         lines = path.read_bytes().decode("utf-8", errors="replace").splitlines()
     except FileNotFoundError:
         if not unindexed or not (path.parent / "runs").is_dir():
             raise
-        lines = []  # no row appended yet: the finished run dirs alone
+        lines, missing = [], True  # no row appended yet: the finished run dirs alone
     rows: list[dict] = []
     last = max((i for i, line in enumerate(lines) if line.strip()), default=-1)
     for i, line in enumerate(lines):
@@ -291,7 +292,7 @@ def load_index(path: str | os.PathLike = DEFAULT_INDEX, dedupe: bool = True, uni
         from kvbench.reindex import unindexed_rows
 
         rows += [decode_nonfinite(row) for row in unindexed_rows(path, rows)]
-        if not lines and not rows:
+        if missing and not rows:
             raise FileNotFoundError(f"no index at {path} and no finished run under {path.parent / 'runs'}")
 
     extras: dict[str, None] = {}

@@ -58,13 +58,31 @@ def install_run_handlers() -> None:
 
 @contextmanager
 def held():
-    """Hold SIGINT and SIGTERM back while a run completes; they arrive right after."""
-    blocked = {signal.SIGINT, signal.SIGTERM}
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, blocked)
+    """Hold SIGINT and SIGTERM back while a run completes; they arrive right after.
+
+    The handlers are swapped for one that only notes the signal (a thread mask would not do: a
+    signal sent to the process may land on any other thread, and Python still runs its handler
+    in the main thread); the first noted signal is raised again once the old handlers are back.
+    """
+    if threading.current_thread() is not threading.main_thread():  # handlers belong to the main thread
+        blocked = {signal.SIGINT, signal.SIGTERM}
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, blocked)
+        try:
+            yield
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        return
+    pending: list[int] = []
+    old = {sig: signal.getsignal(sig) for sig in EXIT_CODES}
+    for sig in EXIT_CODES:
+        signal.signal(sig, lambda signum, frame: pending.append(signum))
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        for sig, handler in old.items():
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+        if pending:
+            signal.raise_signal(pending[0])
 
 
 def is_launcher_worker() -> bool:

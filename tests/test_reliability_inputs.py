@@ -64,7 +64,7 @@ def test_the_classes_cover_every_knob_kind():
 
 GOOD = [[], ["workload=multiturn"], ["allocator=buddy", "allocator.reserve=pow2"], ["+baseline=orca-max"],
         ["metrics.percentiles=[50,99.9]"], ["+model.tie_word_embeddings=true"], ["system=vllm-2023"],
-        ["logger=wandb", "logger.tags=[a,b]"], ["workload.request_rate=0.5"], ["+gpu.eff_flops=0.9"]]
+        ["logger=wandb", "logger.tags=[a,b]"], ["workload.request_rate=0.5"], ["gpu.gemm_eff_max=0.8"]]
 
 
 @pytest.mark.parametrize("args", GOOD, ids=[" ".join(a) or "defaults" for a in GOOD])
