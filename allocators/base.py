@@ -213,6 +213,24 @@ def check_block_size(block_size: int, num_slots: int) -> int:
     return block_size
 
 
+def refuse_never(live, seq_id: int, prompt: Sequence[int], max_len: int, final_len: int | None,
+                 unit_tokens: int, units: int, unit_name: str) -> Admission | None:
+    """Checks every unit-granular admit shares: raises on bad input, returns the NEVER refusal
+    (a prompt longer than ``max_len``, or needing more ``unit_name`` of ``unit_tokens`` tokens
+    than the pool's ``units``), else None."""
+    if seq_id in live:
+        raise AllocatorError(f"sequence {seq_id} is already live")
+    check_length("max_len", max_len, 1)
+    if final_len is not None:
+        check_length("final_len", final_len)
+    if len(prompt) > max_len:
+        return Admission(Fit.NEVER, f"prompt of {len(prompt)} tokens is longer than max_len={max_len}")
+    need = ceil_div(len(prompt), unit_tokens)
+    if need > units:
+        return Admission(Fit.NEVER, f"prompt needs {need} {unit_name}; the pool has {units}")
+    return None
+
+
 def ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 

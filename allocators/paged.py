@@ -44,6 +44,7 @@ from allocators.base import (
     check_block_size,
     check_length,
     grow_end,
+    refuse_never,
 )
 
 
@@ -90,17 +91,7 @@ class PagedAllocator(Allocator):
     # -- lifecycle -------------------------------------------------------------------------
     def _refuse(self, seq_id: int, prompt: Sequence[int], max_len: int, final_len: int | None) -> Admission | None:
         """Checks shared by every paged admit: a refusal, None when the prompt may fit."""
-        if seq_id in self._seqs:
-            raise AllocatorError(f"sequence {seq_id} is already live")
-        check_length("max_len", max_len, 1)
-        if final_len is not None:
-            check_length("final_len", final_len)
-        if len(prompt) > max_len:
-            return Admission(Fit.NEVER, f"prompt of {len(prompt)} tokens is longer than max_len={max_len}")
-        need = ceil_div(len(prompt), self.block_size)
-        if need > self.num_blocks:
-            return Admission(Fit.NEVER, f"prompt needs {need} blocks; the pool has {self.num_blocks}")
-        return None
+        return refuse_never(self._seqs, seq_id, prompt, max_len, final_len, self.block_size, self.num_blocks, "blocks")
 
     def admit(self, seq_id: int, prompt: Sequence[int], max_len: int, final_len: int | None = None) -> Admission:
         refusal = self._refuse(seq_id, prompt, max_len, final_len)

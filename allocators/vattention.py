@@ -48,6 +48,7 @@ from allocators.base import (
     check_block_size,
     check_length,
     grow_end,
+    refuse_never,
 )
 
 MIB = 1 << 20
@@ -121,16 +122,11 @@ class VAttentionAllocator(Allocator):
 
     # -- lifecycle -------------------------------------------------------------------------------
     def admit(self, seq_id: int, prompt: Sequence[int], max_len: int, final_len: int | None = None) -> Admission:
-        if seq_id in self._seqs:
-            raise AllocatorError(f"sequence {seq_id} is already live")
-        check_length("max_len", max_len, 1)
-        if final_len is not None:
-            check_length("final_len", final_len)
-        if len(prompt) > max_len:
-            return Admission(Fit.NEVER, f"prompt of {len(prompt)} tokens is longer than max_len={max_len}")
+        refusal = refuse_never(self._seqs, seq_id, prompt, max_len, final_len, self.tokens_per_page,
+                               self.num_pages, "pages")
+        if refusal is not None:
+            return refusal
         need = ceil_div(len(prompt), self.tokens_per_page)
-        if need > self.num_pages:
-            return Admission(Fit.NEVER, f"prompt needs {need} pages; the pool has {self.num_pages}")
         if need > self._free_pages():
             return Admission(Fit.LATER, f"prompt needs {need} pages; {self._free_pages()} free")
         self._seqs[seq_id] = _VSeq(self._take_pages(need), 0, len(prompt), max_len)

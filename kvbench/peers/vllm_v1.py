@@ -45,8 +45,8 @@ from allocators.base import (
     MemoryUsage,
     ceil_div,
     check_block_size,
-    check_length,
     grow_end,
+    refuse_never,
 )
 from allocators.paged import _empty_split
 
@@ -130,16 +130,11 @@ class VllmV1Allocator(Allocator):
 
     # -- lifecycle ---------------------------------------------------------------------------
     def admit(self, seq_id: int, prompt: Sequence[int], max_len: int, final_len: int | None = None) -> Admission:
-        if seq_id in self._seqs:
-            raise AllocatorError(f"sequence {seq_id} is already live")
-        check_length("max_len", max_len, 1)
-        if final_len is not None:
-            check_length("final_len", final_len)
-        if len(prompt) > max_len:
-            return Admission(Fit.NEVER, f"prompt of {len(prompt)} tokens is longer than max_len={max_len}")
+        refusal = refuse_never(self._seqs, seq_id, prompt, max_len, final_len, self.block_size,
+                               self.num_blocks, "blocks")
+        if refusal is not None:
+            return refusal
         need = ceil_div(len(prompt), self.block_size)
-        if need > self.num_blocks:
-            return Admission(Fit.NEVER, f"prompt needs {need} blocks; the pool has {self.num_blocks}")
         request = self._request(seq_id, prompt, max_len)
         hit_blocks, num_hit, _ = self._manager.get_computed_blocks(request)
         blocks = self._manager.allocate_slots(request, len(prompt) - num_hit, num_hit, hit_blocks,
