@@ -1,7 +1,7 @@
 """Op-for-op differential check of a kvbench strategy against an engine's own KV manager.
 
 ``record(cfg)`` runs one kvbench job with its allocator wrapped in an ``OpRecorder`` and returns
-the stream of seam calls the engine made (admit, grow, fork, free, commit, usage) with what
+the stream of seam calls the engine made (admit, grow, grow_many, fork, free, commit, usage) with what
 each answered. ``replay(ops, peer)`` makes the same calls on another allocator and lists every
 op whose answer differs. Answers are compared in block-id-free terms (fit and cached tokens,
 grown or out of memory, forked or not, the memory breakdown), since the two pools number their
@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from allocators import Allocator, MemoryUsage
 
 # ops whose differing answer changes the engine's next decisions
-DECISIONS = ("admit", "grow", "fork")
+DECISIONS = ("admit", "grow", "grow_many", "fork")
 
 
 @dataclass(slots=True)
@@ -34,6 +34,8 @@ def _answer(name: str, result) -> object:
         return (result.fit.value, result.num_cached_tokens)
     if name == "grow":
         return None if result is None else len(result)
+    if name == "grow_many":  # the engine's bulk decode grow: how many of the sequences grew
+        return len(result)
     if name == "usage":
         return (result.token, result.reserved, result.internal, result.external, result.cached)
     if name == "take_copy_ops":
@@ -41,10 +43,19 @@ def _answer(name: str, result) -> object:
     return result
 
 
+def _frozen(name: str, arg):
+    """A copy of a call's argument as it was (the engine reuses its lists)."""
+    if name == "usage":
+        return dict(arg)
+    if name == "grow_many":
+        return [(seq_id, list(ids)) for seq_id, ids in arg]
+    return list(arg) if isinstance(arg, list) else arg
+
+
 class OpRecorder:
     """Forwards every call to ``inner`` and logs the seam calls with their answers."""
 
-    LOGGED = ("admit", "grow", "fork", "free", "commit", "usage", "take_copy_ops")
+    LOGGED = ("admit", "grow", "grow_many", "fork", "free", "commit", "usage", "take_copy_ops")
 
     def __init__(self, inner: Allocator) -> None:
         self.inner = inner
@@ -57,7 +68,7 @@ class OpRecorder:
 
         def logged(*args, **kwargs):
             result = target(*args, **kwargs)
-            frozen = tuple(dict(a) if name == "usage" else (list(a) if isinstance(a, list) else a) for a in args)
+            frozen = tuple(_frozen(name, a) for a in args)
             self.ops.append(Op(name, frozen + tuple(kwargs.values()), _answer(name, result)))
             return result
 
