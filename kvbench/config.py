@@ -61,7 +61,7 @@ def validate(cfg) -> None:
     system = cfg.get("system")
     if system is not None:
         _choice(cfg, "system.scheduling", system.get("scheduling"), ("mixed", "prompt_first"))
-        for key in ("step_overhead_s", "seq_overhead_s", "sample_host_s"):
+        for key in ("step_overhead_s", "seq_overhead_s", "sample_host_s", "eager_layer_issue_s"):
             value = system.get(key)
             if value is not None and (not isinstance(value, (int, float)) or value < 0 or math.isnan(value)):
                 raise ConfigError(f"system.{key} must be a number of seconds >= 0 or null; got {value!r}")

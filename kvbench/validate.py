@@ -133,7 +133,7 @@ RULES: list[Rule] = [
     Rule("logger.verbose", "bool", when=_wandb),
     # host costs of the system profile (null: the cost model's default), seconds
     *(Rule(f"system.{key}", "number", low=0, high=MAX_HOST_S, optional=True, when=_has(f"system.{key}"))
-      for key in ("step_overhead_s", "seq_overhead_s", "sample_host_s")),
+      for key in ("step_overhead_s", "seq_overhead_s", "sample_host_s", "eager_layer_issue_s")),
     # workload knobs of one workload each (absent elsewhere)
     Rule("workload.prefix_len", "int", low=0, high=10_000_000, when=_has("workload.prefix_len")),
     Rule("workload.max_turns", "int", low=1, high=10_000, when=_has("workload.max_turns")),

@@ -337,3 +337,30 @@ def test_system_profile_host_costs_take_precedence_and_scale_with_the_batch():
     assert extra == pytest.approx(2e-3 + 10 * 3.5e-5)
     sampling = step_time(paper, step)["sampling_s"] - step_time(base, step)["sampling_s"]
     assert sampling == pytest.approx(10 * (2.73e-4 - 1e-6))
+
+
+def test_eager_issue_floor_holds_small_steps_and_leaves_large_ones():
+    """system.eager_layer_issue_s: a step's GPU part (forward + attention) lasts at least
+    num_layers times it, the wait booked as overhead; off (0) by default, and a step whose
+    kernels outlast the floor is unchanged."""
+    from kvbench.sim.cost_model import CostParams, StepSummary, step_time
+
+    model, gpu = load_model("opt-13b"), load_gpu("a100-40gb")
+    system = OmegaConf.load("conf/system/vllm-2023.yaml").system
+    off = CostParams.from_configs(model, gpu, system)
+    assert off.issue_floor_s == 0.0
+    system.eager_layer_issue_s = 1.0e-3
+    on = CostParams.from_configs(model, gpu, system)
+    assert on.issue_floor_s == pytest.approx(40 * 1.0e-3)
+    small = StepSummary(block_size=16, num_tokens=1, num_seqs=1, num_sampled=1, num_draws=1,
+                        decode_pairs=100, decode_blocks=7)
+    t_off, t_on = step_time(off, small), step_time(on, small)
+    gpu_part = t_off["forward_s"] + t_off["attention_s"]
+    assert gpu_part < 40e-3
+    assert t_on["overhead_s"] - t_off["overhead_s"] == pytest.approx(40e-3 - gpu_part)
+    assert t_on["duration_s"] - t_off["duration_s"] == pytest.approx(40e-3 - gpu_part)
+    big = StepSummary(block_size=16, num_tokens=4096, num_seqs=8, num_sampled=8, num_draws=8,
+                      prefill_pairs=8 * 512 * 513 // 2, prefill_blocks=8 * 32)
+    assert step_time(on, big) == step_time(off, big)
+    empty = StepSummary(block_size=16)
+    assert step_time(on, empty)["duration_s"] == 0.0

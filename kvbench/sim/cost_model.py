@@ -8,6 +8,10 @@ FFN columns) and all-reduces are added.
 
     duration = overhead + forward + attention + sampling + copy + swap
 
+    (forward + attention is at least num_layers * eager_layer_issue_s when a system sets it: an
+    eager-mode engine's host issues each layer's kernels one by one, and a step too small to
+    hide that waits for it; 0, i.e. off, unless a system profile sets it)
+
     overhead  = step_overhead_s + num_layers * layer_overhead_s + num_seqs * seq_overhead_s
         num_seqs  = sequences in the step's batch (host-side scheduling and input preparation)
                 + (page_maps + page_unmaps) * 2 * num_layers * VMM_CALL_S     [vattention only]
@@ -162,6 +166,10 @@ DEFAULTS: dict[str, float] = {
     # Host-side cost per sequence in a step's batch (scheduling, block tables, inputs).
     # 0 unless a system profile sets it.
     "seq_overhead_s": 0.0,
+    # Host time to issue one decoder layer's kernels in an eager-mode (no CUDA graphs) engine:
+    # the GPU part of a step takes at least num_layers times this. 0 (off) unless a system
+    # profile or an override sets it (a what-if for 2023's eager engines; see conf/system).
+    "eager_layer_issue_s": 0.0,
     # Memory the runtime holds outside the KV pool and weights on each GPU: CUDA context,
     # cuBLAS/NCCL workspaces, allocator slack. Assumption, order of what nvidia-smi shows
     # for a fresh PyTorch process (a few hundred MiB).
@@ -282,7 +290,7 @@ def gpu_constant(gpu, name: str) -> float:
     return float(DEFAULTS[name] if value is None else value)
 
 
-HOST_KEYS = ("step_overhead_s", "seq_overhead_s", "sample_host_s")
+HOST_KEYS = ("step_overhead_s", "seq_overhead_s", "sample_host_s", "eager_layer_issue_s")
 
 
 def constant(gpu, system, name: str) -> float:
@@ -366,6 +374,7 @@ class CostParams:
     gather_half_bytes: float
     overhead_s: float
     seq_overhead_s: float
+    issue_floor_s: float  # num_layers * eager_layer_issue_s (0: off)
     allreduce_latency_s: float
     host_transfer_latency_s: float
     layer: LayerShape  # one rank's share of a decoder layer
@@ -439,6 +448,7 @@ class CostParams:
             gather_half_bytes=gpu_constant(gpu, "gather_half_bytes"),
             overhead_s=constant(gpu, system, "step_overhead_s") + layers * gpu_constant(gpu, "layer_overhead_s"),
             seq_overhead_s=constant(gpu, system, "seq_overhead_s"),
+            issue_floor_s=layers * constant(gpu, system, "eager_layer_issue_s"),
             allreduce_latency_s=gpu_constant(gpu, "allreduce_latency_s"),
             host_transfer_latency_s=gpu_constant(gpu, "host_transfer_latency_s"),
             layer=LayerShape.of_model(model, count, dtype_bytes),
@@ -550,6 +560,8 @@ def step_time(p: CostParams, s: StepSummary) -> dict[str, float]:
                 + s.swap_runs * p.segments_per_copy_op * p.host_transfer_latency_s)
 
     overhead = p.overhead_s + s.num_seqs * p.seq_overhead_s if (tokens or s.copy_ops or s.swap_slots) else 0.0
+    if tokens and forward + attention < p.issue_floor_s:  # the GPU waits for an eager host's launches
+        overhead += p.issue_floor_s - forward - attention
     # one driver call per layer and K|V tensor for each page group, serialised with the step
     vmm = (s.page_maps + s.page_unmaps) * 2 * p.num_layers * VMM_CALL_S
     overhead += vmm
