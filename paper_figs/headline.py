@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -37,6 +38,51 @@ PAPER = {  # quoted from the paper's text (section 6) and the vLLM announcement 
 }
 BATCH_STUDIES = (("paper-batch", "paper rate", "packaged"), ("paper-batch-matched", "paper rate", "length-matched"),
                  ("paper-sat", "saturation", "packaged"))
+
+
+_NUMBER = re.compile(r"\d+(?:\.\d+)?")
+
+
+def _paper_values(paper: str, allocator: str) -> list[tuple[float, float]]:
+    """The paper's value(s) as (low, high) pairs: ``2.2x`` -> [(2.2, 2.2)], ``1.7-2.7x`` -> a range,
+    ``n 2/4/6: 6.1/8.5/9.8%`` -> one pair per listed value; the memory row picks vLLM's or Orca's."""
+    if paper.startswith("Orca ") and ", vLLM " in paper:
+        orca, vllm = paper.split(", vLLM ")
+        if not allocator.startswith(("paged", "Orca")):
+            return []  # the paper states the memory share of vLLM and of Orca only
+        paper = vllm if allocator.startswith("paged") else orca
+    if ":" in paper:
+        return [(float(v), float(v)) for v in _NUMBER.findall(paper.split(":", 1)[1])]
+    nums = [float(v) for v in _NUMBER.findall(paper)]
+    if len(nums) == 2 and "-" in paper:
+        return [(nums[0], nums[1])]
+    return [(nums[0], nums[0])] if len(nums) == 1 else []
+
+
+def paper_error(measured: str, paper: str, allocator: str = "") -> str:
+    """kvbench's value against the paper's, relative: ``+12%``, or ``in range`` / ``-30% below``
+    / ``+5% above`` a stated range; one entry per value of a list; ``-`` without a paper value."""
+    if paper == "-":
+        return "-"
+    targets = _paper_values(paper, allocator)
+    if len(targets) > 1:  # a list: "2: 8.3%, 4: 12.8%, 6: 15.5%" -> the values after each colon
+        got = [float(v.split(":")[1].strip().rstrip("%")) for v in measured.split(",") if ":" in v]
+    else:
+        found = _NUMBER.findall(measured)
+        got = [float(found[0])] if found else []
+    if not targets or len(got) != len(targets):
+        return "-"
+    out = []
+    for value, (low, high) in zip(got, targets):
+        if low == high:
+            out.append(f"{100 * (value / low - 1):+.0f}%")
+        elif value < low:
+            out.append(f"{100 * (value / low - 1):+.0f}% below")
+        elif value > high:
+            out.append(f"{100 * (value / high - 1):+.0f}% above")
+        else:
+            out.append("in range")
+    return ", ".join(out)
 
 
 def batch_column(runs: pd.DataFrame) -> tuple[str, str]:
@@ -133,7 +179,10 @@ def headline(index: pd.DataFrame) -> pd.DataFrame:
             text = ", ".join(f"{int(k)}: {100 * v:.1f}%" for k, v in zip(vals[knob], vals["sharing_saving_frac"]))
             rows.append((f"memory saved by sharing, {knob} (Alpaca, OPT-13B)", "paged (16)", text, PAPER[key]))
     rows += announcement(index)
-    return pd.DataFrame(rows, columns=["measure", "allocator", "kvbench (simulated A100)", "paper"])
+    table = pd.DataFrame(rows, columns=["measure", "allocator", "kvbench (simulated A100)", "paper"])
+    table["against the paper"] = [paper_error(m, pp, a) for m, pp, a in
+                                  zip(table["kvbench (simulated A100)"], table["paper"], table["allocator"])]
+    return table
 
 
 def announcement(index: pd.DataFrame) -> list[tuple]:

@@ -204,3 +204,19 @@ def test_sustainable_rate_never_counts_a_point_after_saturation():
                          "normalized_latency_s": [0.04, 0.07, 0.2, 0.05, 0.06]})  # 4 req/s dips back
     assert sustainable_rate(runs) == 2.0  # seeds averaged: 0.05 at 1 req/s, limit 0.10
     assert math.isnan(sustainable_rate(pd.DataFrame({"request_rate": [1.0], "normalized_latency_s": [float("nan")]})))
+
+
+def test_paper_error_reads_single_values_ranges_lists_and_the_memory_row():
+    from paper_figs.headline import paper_error
+
+    assert paper_error("2.00x ± 0.05 (45.6 vs 17.5; 3 seeds)", "2.2x") == "-9%"
+    assert paper_error("2.00x (2 vs 1 req/s)", "1.7-2.7x") == "in range"
+    assert paper_error("1.50x (3 vs 2 req/s)", "1.7-2.7x") == "-12% below"
+    assert paper_error("9.00x", "2.7-8x") == "+12% above"
+    assert paper_error("7.16x", "14-24x (HF)") == "-49% below"
+    assert paper_error("2: 8.3%, 4: 12.8%, 6: 15.5%", "n 2/4/6: 6.1/8.5/9.8%") == "+36%, +51%, +58%"
+    assert paper_error("76.7% ± 1.2%", "Orca 20-38%, vLLM 96%", "paged (16)") == "-20%"
+    assert paper_error("15.0% ± 0.1%", "Orca 20-38%, vLLM 96%", "Orca (Max)") == "-25% below"
+    assert paper_error("47.3%", "Orca 20-38%, vLLM 96%", "contiguous (oracle)") == "-"
+    assert paper_error("3.25x", "-") == "-"
+    assert paper_error("2: 8.3%", "n 2/4/6: 6.1/8.5/9.8%") == "-"  # not every listed value measured
