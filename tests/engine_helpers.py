@@ -107,16 +107,17 @@ FRACTIONS = ["mem_token_frac", "mem_reserved_frac", "mem_internal_frac", "mem_ex
 
 
 def checked_run(name: str, knobs: dict, num_slots: int, requests: list[Request], *, max_model_len: int = 64,
-                block_size: int = 4, max_steps: int = 20000, **cfg):
+                block_size: int = 4, max_steps: int = 20000, vocab_size: int = 1000, **cfg):
     """Run on the token pool (every sequence reads back its own tokens, allocator invariants on)
     and check what holds for any run: every request ends finished or rejected with a reason,
-    finished ones hold all their outputs, the memory fractions of every step sum to 1."""
+    finished ones hold all their outputs (with ``stop_token_ids``: each as long as the output or
+    ending at its first stop token), the memory fractions of every step sum to 1."""
     knobs = dict(knobs)
     if name in ("contiguous", "buddy"):
         knobs.setdefault("max_model_len", max_model_len)
     knobs.setdefault("block_size", block_size)
     allocator = build(name, num_slots, debug=True, **knobs)
-    executor = TokenPoolExecutor(num_slots, context_seeded=True)
+    executor = TokenPoolExecutor(num_slots, vocab_size=vocab_size, context_seeded=True)
     engine = Engine(allocator, executor, SchedulerConfig(max_model_len=max_model_len, **cfg), max_steps=max_steps)
     executor.lookup = seq_lookup(engine)
     out = engine.run(requests)
@@ -127,7 +128,13 @@ def checked_run(name: str, knobs: dict, num_slots: int, requests: list[Request],
         if row["status"] == "finished":
             samples = out.outputs[request.request_id]
             assert len(samples) == max(request.n, request.beam_width)
-            assert all(len(s) == request.output_len for s in samples)
+            stops = set(cfg.get("stop_token_ids", ()))
+            for s in samples:
+                first_stop = next((i for i, tok in enumerate(s) if tok in stops), None)
+                if first_stop is None or request.beam_width > 1:  # beams ignore stop tokens
+                    assert len(s) == request.output_len
+                else:
+                    assert len(s) == first_stop + 1
         else:
             assert row["status"] == "rejected" and row["reason"]
     if len(out.steps):

@@ -15,8 +15,10 @@ import pytest
 from tests.engine_helpers import ALLOCATOR_CONFIGS, checked_run, lost_requests, make_requests
 
 
-def random_case(seed: int) -> dict:
-    """One random engine configuration and workload (all plain values, so a failure prints it)."""
+def random_case(seed: int, eos: bool = False) -> dict:
+    """One random engine configuration and workload (all plain values, so a failure prints it).
+    ``eos``: a 12-token vocabulary with token 0 as the stop token, so samples stop early often
+    (before, at and after forks, preemptions and swaps)."""
     rng = random.Random(seed)
     name, knobs = rng.choice(ALLOCATOR_CONFIGS)
     knobs = dict(knobs)
@@ -43,11 +45,17 @@ def random_case(seed: int) -> dict:
         "max_num_batched_tokens": rng.choice([8, 16, 32, 64]),
         "max_num_seqs": rng.choice([2, 4, 8, 256]),
     }
+    if eos:
+        cfg["stop_token_ids"] = (0,)
+        cfg["vocab_size"] = EOS_VOCAB
     return {"name": name, "knobs": knobs, "num_slots": num_slots, "specs": specs, "cfg": cfg, "seed": seed}
 
 
+EOS_VOCAB = 12
+
+
 def check_case(case: dict) -> None:
-    requests = make_requests(case["specs"], seed=case["seed"])
+    requests = make_requests(case["specs"], vocab_size=case["cfg"].get("vocab_size", 1000), seed=case["seed"])
     lost = lost_requests(case["name"], case["knobs"], case["num_slots"], requests, **case["cfg"])
     assert lost == [], f"requests {lost} fit alone but were rejected under load: {case}"
 
@@ -61,3 +69,17 @@ def test_engine_invariants_on_random_configs_fast(seed):
 @pytest.mark.parametrize("seed", range(20, 420))
 def test_engine_invariants_on_random_configs(seed):
     check_case(random_case(seed))
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_engine_invariants_with_stop_tokens_fast(seed):
+    """Samples that stop at EOS (parallel samples whose first token is a stop, a parent that stops
+    while its samples wait to fork, groups preempted and restored with stopped samples) once
+    stalled the engine ("made no progress") or broke a restore; every case must now finish."""
+    check_case(random_case(seed, eos=True))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", range(30, 630))
+def test_engine_invariants_with_stop_tokens(seed):
+    check_case(random_case(seed, eos=True))

@@ -207,8 +207,8 @@ class Engine:
             else:
                 self._sample_step(group, result)
             forking = sched.has_pending_forks(group)
-            for seq in (*group.seqs, *sched.pending_seqs(group)) if forking else group.seqs:
-                if seq.num_generated > len(seq.token_times):
+            for seq in (*group.seqs, *sched.pending_seqs(group), *group.stopped_seqs):
+                if seq.num_generated > len(seq.token_times):  # stopped: its last token, this step
                     seq.token_times.append(now)
             if group.first_token_s is None:
                 group.first_token_s = now
@@ -243,6 +243,8 @@ class Engine:
                         self.scheduler.add_pending_fork(group, seq, extra, 0.0)
                     else:  # a one-token answer is done: its extra samples need no K/V
                         group.final_beams.append((0.0, seq.tokens[:-1] + [extra]))
+                if seq.stopped and self.scheduler.has_pending_forks(group):
+                    self.scheduler.hand_over(group, seq)
                 break
 
     def _release_stopped(self, group: Group, seq: Seq) -> None:

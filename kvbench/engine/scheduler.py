@@ -311,13 +311,37 @@ class Scheduler:
         return [fork.child for fork in self._pending_forks.get(group.request_id, ())]
 
     def add_pending_fork(self, group: Group, parent: Seq, token: int, cum_logprob: float) -> None:
-        """A new sample or beam: ``parent``'s tokens with its last (just sampled) one replaced by ``token``."""
+        """A new sample or beam: ``parent``'s tokens with its last (just sampled) one replaced by
+        ``token``. A sample whose first token is a stop token is already finished: it is kept as
+        an output and never forks (it would hold blocks, and compute, for nothing)."""
         forks = self._pending_forks.setdefault(group.request_id, [])
         child = Seq(self.new_seq_id(), parent.tokens[:-1] + [token], num_generated=parent.num_generated,
-                    sample_index=len(group.seqs) + len(forks), cum_logprob=cum_logprob,
+                    sample_index=len(group.seqs) + len(group.stopped_seqs) + len(forks), cum_logprob=cum_logprob,
                     token_times=parent.fork_times(),
                     stopped=token in self.cfg.stop_token_ids)
-        forks.append(_PendingFork(parent, child, len(parent.tokens) - 1))
+        if child.stopped and not group.is_beam:
+            group.stopped_seqs.append(child)
+            self.sample_holds.release_one(group)
+        else:
+            forks.append(_PendingFork(parent, child, len(parent.tokens) - 1))
+        if not forks:
+            del self._pending_forks[group.request_id]
+
+    def hand_over(self, group: Group, parent: Seq) -> None:
+        """``parent`` stopped at its first sample while its other samples wait to fork from it:
+        the first of them takes over the parent's sequence (the K/V it holds is the prompt they
+        share) and the stopped sample is kept as an output, with no blocks. Without this a group
+        could hold only finished sequences that forks still wait on, and never finish or restore."""
+        forks = self._pending_forks[group.request_id]
+        child = forks.pop(0).child
+        for name in ("tokens", "stopped", "sample_index", "cum_logprob", "token_times"):
+            mine, theirs = getattr(parent, name), getattr(child, name)
+            setattr(parent, name, theirs)
+            setattr(child, name, mine)
+        group.stopped_seqs.append(child)
+        self.sample_holds.release_one(group)
+        if not forks:
+            del self._pending_forks[group.request_id]
 
     def finish(self, group: Group, now: float) -> None:
         self.sample_holds.release_all(group)
@@ -619,7 +643,10 @@ class Scheduler:
         """Bring back ``seq``'s subtree: grow it through its host tokens, forking on the way."""
         for at, child in tree.children.get(seq.seq_id, ()):
             self._grow_to(seq, min(at, host.get(seq.seq_id, 0)))
-            if seq.num_computed > at:  # a prefix hit of the root reaches past the fork
+            if seq.num_computed > at or (not host and seq.num_computed == at):
+                # a prefix hit of the root reaches the fork (no swap-in: those positions are cached
+                # blocks, written long ago): the child is admitted on its own hits now, since a
+                # deferred fork would leave this step with nothing to compute for the group
                 fit = self._admit_alone(group, child, live, valid)
                 if fit is not Fit.OK:
                     return fit
