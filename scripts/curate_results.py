@@ -15,7 +15,8 @@ import shutil
 from pathlib import Path
 
 KEY = ("experiment", "allocator", "reserve", "block_size", "workload", "request_rate", "n", "beam_width",
-       "prefix_len", "preemption", "kv_bytes", "model", "backend", "seed", "baseline", "gpu_profile", "system")
+       "prefix_len", "preemption", "kv_bytes", "model", "backend", "seed", "baseline", "gpu_profile", "system",
+       "ignore_eos")
 
 
 def main() -> None:
