@@ -114,6 +114,20 @@ def kind_error(key: str, default, value) -> str | None:
     return None
 
 
+def _lower_bound(key: str) -> str:
+    """The knob's lower bound as its rule (``kvbench.validate``) states it (``> 0``, ``>= 1``),
+    else ``>= 0``."""
+    from kvbench.validate import RULES
+
+    for rule in RULES:
+        if rule.key == key:
+            if rule.above is not None and rule.above >= 0:
+                return f"> {rule.above:g}"
+            if rule.low is not None and rule.low > 0:
+                return f">= {rule.low:g}"
+    return ">= 0"
+
+
 def _number_error(key: str, default, value) -> str | None:
     what = "an integer" if isinstance(default, int) and not isinstance(default, bool) else "a number"
     if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -127,7 +141,7 @@ def _number_error(key: str, default, value) -> str | None:
     if what == "an integer" and not float(value).is_integer():
         return f"{key} must be an integer; got {value!r}"
     if value < 0 <= default:
-        return f"{key} must be >= 0; got {value!r}"
+        return f"{key} must be {_lower_bound(key)}; got {value!r}"
     if abs(value) > ABSURD:
         return f"{key} must be at most {ABSURD:g} in size; got {value!r}"
     return None
