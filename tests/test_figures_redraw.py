@@ -9,13 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from paper_figs import BEYOND_FIGURES, FIGURES
+from paper_figs import BEYOND_FIGURES, FIGURES, TRACE_FIGURES
 from paper_figs.__main__ import draw_figures
 
 ROOT = Path(__file__).resolve().parent.parent
 COMMITTED = ROOT / "docs" / "figures"
 PAPER = ROOT / "results" / "paper" / "index.jsonl"
 BEYOND = ROOT / "results" / "paper" / "beyond" / "index.jsonl"
+TRACES = ROOT / "results" / "paper" / "traces" / "index.jsonl"
 
 
 def _redraws_identically(names, index: Path, out: Path) -> None:
@@ -34,5 +35,14 @@ def test_two_figures_redraw_byte_identically(tmp_path):
 def test_every_committed_figure_redraws_byte_identically(tmp_path):
     _redraws_identically([n for n in FIGURES if (COMMITTED / f"{n}.png").exists()], PAPER, tmp_path)
     _redraws_identically([n for n in BEYOND_FIGURES if (COMMITTED / f"{n}.png").exists()], BEYOND, tmp_path)
+    _redraws_identically([n for n in TRACE_FIGURES if (COMMITTED / f"{n}.png").exists()], TRACES, tmp_path)
+    # the 70B Azure panel: traces_azure drawn for its own experiment (results/paper/traces/README.md)
+    from kvbench.results import load_index
+    from paper_figs import traces_azure
+
+    seventy = tmp_path / "70b"
+    traces_azure.draw(load_index(TRACES), seventy, TRACES.parent, experiment="traces-azure-70b")
+    (seventy / "traces_azure.png").rename(tmp_path / "traces_azure_70b.png")
+    assert (tmp_path / "traces_azure_70b.png").read_bytes() == (COMMITTED / "traces_azure_70b.png").read_bytes()
     drawn = {p.stem for p in tmp_path.glob("*.png")}
     assert drawn == {p.stem for p in COMMITTED.glob("*.png")}  # no committed figure without its script and data
