@@ -207,7 +207,7 @@ class Engine:
             else:
                 self._sample_step(group, result)
             forking = sched.has_pending_forks(group)
-            for seq in (*group.seqs, *sched.pending_seqs(group), *group.stopped_seqs):
+            for seq in (*group.seqs, *(sched.pending_seqs(group) if forking else ()), *group.stopped_seqs):
                 if seq.num_generated > len(seq.token_times):  # stopped: its last token, this step
                     seq.token_times.append(now)
             if group.first_token_s is None:
