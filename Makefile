@@ -40,7 +40,7 @@ test-peers: peers
 	$(BIN)/python scripts/bench_peers.py
 
 demo: setup
-	$(BIN)/python -m kvbench.demo
+	$(BIN)/python -m kvbench.run.demo
 
 test: setup
 	$(BIN)/python -m pytest -q -m "not slow"

@@ -18,7 +18,7 @@ from __future__ import annotations
 import sys
 
 if __name__ == "__main__" or sys.argv[0].endswith("/kvbench"):  # the kvbench process: before the imports
-    from kvbench.signals import install_startup_handlers
+    from kvbench.run.signals import install_startup_handlers
 
     install_startup_handlers()
 
@@ -33,14 +33,14 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from allocators import AllocatorError, build as build_allocator
-from kvbench.config import CONF_DIR, ConfigError, validate
+from kvbench.config.compose import CONF_DIR, ConfigError, validate
 from kvbench.engine import Engine, SchedulerConfig
 from kvbench.engine.policies import scheduler_class
 from kvbench.geometry import KVGeometry
-from kvbench import signals
-from kvbench.rundir import discard, discard_sweep, hold_run_lock
-from kvbench.signals import Terminated
-from kvbench.provenance import provenance
+from kvbench.run import signals
+from kvbench.run.rundir import discard, discard_sweep, hold_run_lock
+from kvbench.run.signals import Terminated
+from kvbench.run.provenance import provenance
 
 KVBENCH_ERRORS: tuple[type[Exception], ...] = (ConfigError, AllocatorError)
 
@@ -164,7 +164,7 @@ def _workload(cfg: DictConfig):
 
 
 def _identity(cfg: DictConfig, prep: Prepared, run_id: str) -> dict:
-    from kvbench.naming import allocator_label, hydra_choice
+    from kvbench.results.naming import allocator_label, hydra_choice
 
     alloc = cfg.allocator
     return {
@@ -208,8 +208,8 @@ OmegaConf.register_new_resolver("kvbench_id", _id_resolver, use_cache=True, repl
 
 def run(cfg: DictConfig, run_dir: str | Path | None = None, logger=None, run_id: str | None = None) -> dict:
     """One run: build, simulate or execute, write results; returns the summary row."""
-    from kvbench.naming import granularity
-    from kvbench.results import write_run
+    from kvbench.results.naming import granularity
+    from kvbench.results.store import write_run
 
     prep = prepare(cfg)
     requests = prep.workload.requests
@@ -364,7 +364,7 @@ def _save_npz(path: Path, arrays: dict) -> None:
 
 
 def _log(logger, summary: dict, out, run_dir: Path) -> None:
-    from kvbench.run_figures import memory_over_time
+    from kvbench.run.run_figures import memory_over_time
 
     for row in out.steps.to_dict("records"):
         logger.log_step(int(row["step"]), row)
@@ -376,7 +376,7 @@ def _log(logger, summary: dict, out, run_dir: Path) -> None:
 
 def _job_label(cfg: DictConfig) -> str:
     """The progress bar's label: a sweep job's overrides, else the allocator's label."""
-    from kvbench.naming import allocator_label, hydra_choice
+    from kvbench.results.naming import allocator_label, hydra_choice
 
     try:
         from hydra.core.hydra_config import HydraConfig
@@ -416,7 +416,7 @@ def format_table(rows: list[dict], columns=SHOW_COLUMNS) -> str:
     """One row per run; ``-`` where a column does not apply."""
     import pandas as pd
 
-    from kvbench.naming import cell
+    from kvbench.results.naming import cell
 
     frame = pd.DataFrame(rows)
     cols = [c for c in columns if c in frame.columns]
@@ -464,7 +464,7 @@ def _job_overrides(overrides: list[str], multirun: bool) -> list[list[str]]:
 
 def check_job(cfg: DictConfig) -> None:
     """Every check of one composed job that needs no model weights: raises a kvbench error."""
-    from kvbench.resultsdir import check_results_dir
+    from kvbench.results.resultsdir import check_results_dir
 
     validate(cfg)
     check_results_dir(Path(cfg.results_dir))
@@ -472,7 +472,7 @@ def check_job(cfg: DictConfig) -> None:
         _allocator(cfg, KVGeometry.from_model_cfg(cfg.model), _kv_bytes(cfg)[0])
     else:
         _check_hf(cfg)
-    from kvbench.validate import check_activation, check_dataset, check_servable
+    from kvbench.config.validate import check_activation, check_dataset, check_servable
 
     check_activation(cfg)
     workload = _workload(cfg)
@@ -482,9 +482,9 @@ def check_job(cfg: DictConfig) -> None:
 
 def check_composed(cfg: DictConfig, base: DictConfig) -> None:
     """One job's checks: every knob keeps the kind of its default in ``base`` (the job's group
-    choices alone, ``kvbench.knob_types``), then ``check_job``."""
-    from kvbench.knob_types import check_knob_types
-    from kvbench.sweeper_checks import check_objective
+    choices alone, ``kvbench.config.knob_types``), then ``check_job``."""
+    from kvbench.config.knob_types import check_knob_types
+    from kvbench.config.sweeper_checks import check_objective
 
     check_knob_types(cfg, base)
     check_objective(cfg, required=False)
@@ -518,8 +518,8 @@ def precheck(argv: list[str]) -> str | None:
     from hydra import compose, initialize_config_dir
     from hydra.errors import HydraException
 
-    from kvbench.knob_types import group_overrides
-    from kvbench.sweeper_checks import check_launch
+    from kvbench.config.knob_types import group_overrides
+    from kvbench.config.sweeper_checks import check_launch
 
     try:
         overrides, multirun, skip = _split_argv(argv)
@@ -564,7 +564,7 @@ def _plan_output_dirs(jobs: list[list[str]], multirun: bool) -> None:
     cleanup must never remove (``KVBENCH_KEEP_DIR``, the deepest one that exists now)."""
     from hydra import compose
 
-    from kvbench.rundir import KEEP_ENV, check_output_dirs, keep_dir_for
+    from kvbench.run.rundir import KEEP_ENV, check_output_dirs, keep_dir_for
 
     seen: dict[tuple[str, ...], Path] = {}
     for job in jobs:
@@ -651,7 +651,7 @@ def _job(cfg: DictConfig, hc, run_dir: Path, worker: bool) -> float | None:
         if os.environ.get("KVBENCH_TRACEBACK") == "1":
             raise
         line = error_line(exc)
-        if multirun:  # this job fails; the sweeper goes on with the others (kvbench.jobresult)
+        if multirun:  # this job fails; the sweeper goes on with the others (kvbench.run.jobresult)
             return job_failed(hc, line)
         code = 2 if isinstance(exc, _errors() + (OSError,)) else 1
         print(f"kvbench: error: {line}; {kept}", file=sys.stderr)
@@ -702,7 +702,7 @@ def _nothing_served(summary: dict, run_dir: Path) -> str | None:
 def _objective(summary: dict, cfg: DictConfig, hc):
     """The sweeper's value of this run: its optimized_metric; NaN where the run has none, or under
     Optuna a JobFailed (a NaN would make optuna 2.x raise and end the study)."""
-    from kvbench.jobresult import JobFailed
+    from kvbench.run.jobresult import JobFailed
 
     metric = str(cfg.get("optimized_metric") or "request_throughput")
     value = summary.get(metric)
@@ -724,7 +724,7 @@ def error_line(exc: BaseException) -> str:
 
 def job_failed(hc, line: str):
     """Report a failed sweep job in one line and return its JobFailed marker."""
-    from kvbench.jobresult import JobFailed, record_failure
+    from kvbench.run.jobresult import JobFailed, record_failure
 
     overrides = str(hc.job.override_dirname)
     print(f"kvbench: error: job {hc.job.num} ({overrides or 'no overrides'}): {line}; nothing was kept",
@@ -769,7 +769,7 @@ def main() -> None:
             os.environ.pop("HYDRA_FULL_ERROR", None)
         else:
             os.environ["HYDRA_FULL_ERROR"] = full_error
-    from kvbench.jobresult import FailedJobs
+    from kvbench.run.jobresult import FailedJobs
 
     if FailedJobs.failed:
         sys.exit(1)

@@ -19,7 +19,7 @@ import warnings
 from collections.abc import Sequence
 
 from kvbench.loggers.base import RATE_PREFIX, STEP_METRIC, STEP_PREFIX
-from kvbench.results import MEM_COLUMNS
+from kvbench.results.store import MEM_COLUMNS
 
 GROUP_KEY = "allocator_label"  # config key: the allocator's config name (orca-max, paged, ...)
 DEFAULT_NAME = "kvbench: allocators side by side"

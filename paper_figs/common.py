@@ -1,6 +1,6 @@
 """What every paper figure shares: loading runs, picking them by experiment, labels, colours, saving.
 
-Figures read the results index (``kvbench.results.load_index``) and the run directories it
+Figures read the results index (``kvbench.results.store.load_index``) and the run directories it
 points to; ``run_dir`` paths in the index are relative to the index's folder (``results_root``)
 unless absolute. Nothing here writes results.
 """
@@ -20,14 +20,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
-from kvbench.results import (  # noqa: E402
-    DEFAULT_INDEX,
-    MEM_COLUMNS,
-    REQUESTS_FILE,
-    RUN_DIR_COLUMN,
-    STEPS_FILE,
-    load_index,
-)
+from kvbench.results.store import #, MEM_COLUMNS, REQUESTS_FILE, RUN_DIR_COLUMN, STEPS_FILE, load_index
 
 DEFAULT_OUT = Path("paper_figs/out")
 DPI = 150

@@ -27,7 +27,7 @@ from pathlib import Path
 import pandas as pd
 
 from paper_figs.common import allocator_label
-from kvbench.results import load_index
+from kvbench.results.store import load_index
 
 PAPER = {  # quoted from the paper's text (section 6) and the vLLM announcement (June 2023)
     "batch_vs_oracle": "2.2x", "batch_vs_max": "4.3x",

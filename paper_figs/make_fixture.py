@@ -2,7 +2,7 @@
 
     python -m paper_figs.make_fixture [OUT]        (default tests/fixtures/results_small)
 
-Every run goes through ``kvbench.results.write_run``, so the index, ``summary.json`` and the
+Every run goes through ``kvbench.results.store.write_run``, so the index, ``summary.json`` and the
 parquet files have the store's real format. The numbers are made up (shaped like the
 PagedAttention paper's results) and deterministic: rerunning rewrites the same files.
 
@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from kvbench.engine.recorder import MEM_KEYS, TIMING_KEYS
-from kvbench.results import write_run
+from kvbench.results.store import write_run
 
 DEFAULT_OUT = Path("tests/fixtures/results_small")
 

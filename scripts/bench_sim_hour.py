@@ -49,7 +49,7 @@ def worker(args: argparse.Namespace) -> None:
     from hydra import compose, initialize_config_dir
 
     from kvbench.app import run
-    from kvbench.config import CONF_DIR
+    from kvbench.config.compose import CONF_DIR
     from kvbench.engine import Engine
 
     timed: dict[str, float] = {}

@@ -26,7 +26,7 @@ from omegaconf import OmegaConf
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from kvbench.config import CONF_DIR  # noqa: E402
+from kvbench.config.compose import CONF_DIR  # noqa: E402
 
 ASSUMPTIONS = ("step_overhead_s", "seq_overhead_s", "sample_host_s")
 ALLOCATORS = ("paged", "orca-oracle", "orca-max")

@@ -37,9 +37,9 @@ from omegaconf import OmegaConf
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from kvbench.config import CONF_DIR  # noqa: E402
-from kvbench.provenance import PROVENANCE_COLUMNS  # noqa: E402
-from kvbench.results import decode_nonfinite  # noqa: E402
+from kvbench.config.compose import CONF_DIR  # noqa: E402
+from kvbench.run.provenance import PROVENANCE_COLUMNS  # noqa: E402
+from kvbench.results.store import decode_nonfinite  # noqa: E402
 
 EXCLUDED = ("run_id", "run_dir", "wall_s", "schedule_s_per_token", *PROVENANCE_COLUMNS)
 REL_TOL = 1e-9
@@ -199,7 +199,7 @@ def verify(path: Path, files: dict[str, list[Path]]) -> Outcome:
 def _label(fresh: dict, overrides: list[str]) -> str:
     """The label the Hydra app gives (it reads the allocator config chosen on the command line,
     which a run outside the app does not know)."""
-    from kvbench.naming import allocator_label
+    from kvbench.results.naming import allocator_label
 
     choice = next((o.split("=", 1)[1] for o in overrides if o.startswith("allocator=")), None)
     return allocator_label(str(fresh["allocator"]), fresh.get("reserve"), choice)

@@ -147,8 +147,8 @@ def run_hashes(overrides: list[str]) -> dict[str, str]:
     from hydra import compose, initialize_config_dir
 
     from kvbench.app import run
-    from kvbench.config import CONF_DIR
-    from kvbench.results import load_requests, load_steps, load_summary
+    from kvbench.config.compose import CONF_DIR
+    from kvbench.results.store import load_requests, load_steps, load_summary
 
     with tempfile.TemporaryDirectory() as tmp:
         with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):

@@ -12,8 +12,8 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from kvbench.app import run
-from kvbench.config import CONF_DIR
-from kvbench.results import SUMMARY_COLUMNS, load_index
+from kvbench.config.compose import CONF_DIR
+from kvbench.results.store import SUMMARY_COLUMNS, load_index
 
 ROOT = Path(__file__).resolve().parent.parent
 GROUPS = ["allocator", "model", "workload", "engine", "backend", "gpu", "logger", "experiment"]

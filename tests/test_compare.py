@@ -6,8 +6,8 @@ import json
 import pandas as pd
 import pytest
 
-from kvbench.naming import granularity
-from kvbench.results import main, write_run
+from kvbench.results.naming import granularity
+from kvbench.results.store import main, write_run
 
 
 def _run(tmp_path, run_id: str, **summary) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kvbench.app import run
-from kvbench.config import ConfigError, validate
+from kvbench.config.compose import ConfigError, validate
 from tests.engine_helpers import make_requests
 from tests.test_app import composed
 from tests.test_engine import batches, make_engine
@@ -43,7 +43,7 @@ def test_the_app_records_the_cap_and_holds_it_at_every_step(tmp_path):
     cfg = composed(["workload.num_requests=20", "workload.max_concurrency=3", "progress=false",
                     f"results_dir={tmp_path}", "logger=none"])
     summary = run(cfg, run_dir=tmp_path / "run")
-    from kvbench.results import load_steps
+    from kvbench.results.store import load_steps
 
     steps = load_steps(tmp_path / "run")
     assert summary["max_concurrency"] == 3 and summary["num_finished"] == 20

@@ -1,8 +1,8 @@
 """`make demo`: it runs every allocator config or says why not, and names rows that coincide."""
 from __future__ import annotations
 
-from kvbench.config import CONF_DIR
-from kvbench.demo import ALLOCATORS, LEFT_OUT, coinciding, why
+from kvbench.config.compose import CONF_DIR
+from kvbench.run.demo import ALLOCATORS, LEFT_OUT, coinciding, why
 
 
 def test_every_allocator_config_runs_or_is_named_with_a_reason():

@@ -37,7 +37,7 @@ def test_every_committed_figure_redraws_byte_identically(tmp_path):
     _redraws_identically([n for n in BEYOND_FIGURES if (COMMITTED / f"{n}.png").exists()], BEYOND, tmp_path)
     _redraws_identically([n for n in TRACE_FIGURES if (COMMITTED / f"{n}.png").exists()], TRACES, tmp_path)
     # the 70B Azure panel: traces_azure drawn for its own experiment (results/paper/traces/README.md)
-    from kvbench.results import load_index
+    from kvbench.results.store import load_index
     from paper_figs import traces_azure
 
     seventy = tmp_path / "70b"

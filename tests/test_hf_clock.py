@@ -7,7 +7,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from kvbench.batch import StepBatch
-from kvbench.config import CONF_DIR, ConfigError
+from kvbench.config.compose import CONF_DIR, ConfigError
 from kvbench.executors.hf import HFExecutor, virtual_clock
 from kvbench.sim.cost_model import CostParams, step_time, summarize
 from tests.test_hf_executor import composed
@@ -59,7 +59,7 @@ def test_clock_errors():
     unknown.family = "bloom"
     with pytest.raises(ConfigError, match="engine.clock=virtual: model.family must be one of"):
         virtual_clock(unknown, OmegaConf.create({"clock": "virtual"}), OmegaConf.load(CONF_DIR / "gpu" / "h100-80gb.yaml"))
-    from kvbench.config import validate
+    from kvbench.config.compose import validate
 
     with pytest.raises(ConfigError, match="engine.clock must be one of wall, virtual"):
         validate(composed(["backend=hf", "model=tiny-llama", "engine.clock=sim"]))

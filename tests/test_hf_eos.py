@@ -9,7 +9,7 @@ import torch
 from omegaconf import OmegaConf
 
 from allocators import build
-from kvbench.config import ConfigError
+from kvbench.config.compose import ConfigError
 from kvbench.engine import Engine, SchedulerConfig
 from kvbench.executors.hf import HFExecutor
 from kvbench.hf.model import build_model

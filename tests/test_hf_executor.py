@@ -19,7 +19,7 @@ from omegaconf import OmegaConf
 from allocators import build
 from kernels import paged_attention_ref
 from kvbench.batch import SeqChunk, StepBatch, SwapOp
-from kvbench.config import CONF_DIR, ConfigError
+from kvbench.config.compose import CONF_DIR, ConfigError
 from kvbench.engine import Engine, SchedulerConfig
 from kvbench.executors.hf import HFExecutor, default_kv_cache_bytes, resolve_device
 from kvbench.hf.model import build_model, count_params, hf_config

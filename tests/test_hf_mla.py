@@ -5,7 +5,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from kvbench.config import CONF_DIR, ConfigError
+from kvbench.config.compose import CONF_DIR, ConfigError
 from kvbench.geometry import KVGeometry
 
 # DeepSeek-V3: 61 layers, 128 heads, K 128 + 64 (nope + rope), V 128, latent 512 + rope key 64, bfloat16
@@ -35,7 +35,7 @@ def test_every_configured_model_keeps_its_classic_byte_count():
 
 
 def test_mla_knobs_are_validated():
-    from kvbench.validate import check_rules
+    from kvbench.config.validate import check_rules
     from tests.test_hf_executor import composed
 
     cfg = composed(["backend=hf", "model=tiny-llama", "+model.v_head_size=0"])

@@ -23,7 +23,7 @@ def test_logger_none_does_not_import_wandb():
         import sys
         from omegaconf import OmegaConf
         from kvbench.loggers import build_logger
-        import kvbench.results
+        import kvbench.results.store as results
         logger = build_logger(OmegaConf.load("conf/logger/none.yaml"))
         logger.start({"a": 1}, run_id="r", name="r", group=None, tags=[])
         logger.log_step(0, {"batch_size": 1})

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from kvbench.loggers.sync import find_offline_runs
-from kvbench.naming import allocator_label, cell, run_name
+from kvbench.results.naming import allocator_label, cell, run_name
 
 ROOT = Path(__file__).resolve().parents[1]
 

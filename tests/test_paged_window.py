@@ -100,7 +100,7 @@ def test_the_window_runs_more_sequences_at_once_than_paged():
 def _cfg(*overrides):
     from hydra import compose, initialize_config_dir
 
-    from kvbench.config import CONF_DIR
+    from kvbench.config.compose import CONF_DIR
 
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
         return compose("config", overrides=["allocator=paged_window", "backend=sim", *overrides])
@@ -122,7 +122,7 @@ def test_the_window_defaults_to_the_models():
 ])
 def test_refusals_are_one_clear_config_error(overrides, message):
     from kvbench.app import _allocator
-    from kvbench.config import ConfigError
+    from kvbench.config.compose import ConfigError
     from kvbench.geometry import KVGeometry
 
     cfg = _cfg(*overrides)

@@ -12,7 +12,7 @@ import pytest
 
 pytest.importorskip("seaborn")
 
-from kvbench.results import SUMMARY_COLUMNS, load_index  # noqa: E402
+from kvbench.results.store import SUMMARY_COLUMNS, load_index  # noqa: E402
 from paper_figs import FIGURES, common, make_fixture  # noqa: E402
 from paper_figs.__main__ import main  # noqa: E402
 
@@ -191,7 +191,7 @@ def test_fixture_is_small_and_reproducible(tmp_path):
 
 def test_headline_table_reads_the_fixture():
     from paper_figs.headline import headline, to_markdown
-    from kvbench.results import load_index
+    from kvbench.results.store import load_index
 
     table = headline(load_index(Path(__file__).parent / "fixtures" / "results_small" / "index.jsonl"))
     assert len(table) > 0 and to_markdown(table).startswith("| measure |")

@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from kvbench.results import load_index
+from kvbench.results.store import load_index
 from tests.test_app import ROOT
 
 pytest.importorskip("hydra_plugins.hydra_ray_launcher")

@@ -22,11 +22,11 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf, open_dict
 
 import reliability_cases as rc
-from kvbench import results as results_mod
+from kvbench.results import store as results_mod
 from kvbench.app import _errors, check_job, precheck
-from kvbench.config import CONF_DIR, ConfigError
-from kvbench.rundir import check_output_dirs
-from kvbench.results import load_index, reindex
+from kvbench.config.compose import CONF_DIR, ConfigError
+from kvbench.run.rundir import check_output_dirs
+from kvbench.results.store import load_index, reindex
 
 ROOT = Path(__file__).resolve().parent.parent
 BASE = ["progress=false", "logger=none", "workload.num_requests=4"]
@@ -370,7 +370,8 @@ def test_a_signal_during_start_up_is_one_line_and_writes_nothing(tmp_path):
 
 def test_a_signal_during_the_write_lets_the_run_finish_and_says_so(tmp_path, monkeypatch):
     """SIGTERM arrives while summary.json is written: the run completes, then Terminated is raised."""
-    from kvbench import app, signals
+    from kvbench import app
+    from kvbench.run import signals
 
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         cfg = compose(config_name="config", overrides=[*BASE, f"results_dir={tmp_path}"])

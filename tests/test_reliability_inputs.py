@@ -21,8 +21,8 @@ from omegaconf import OmegaConf, open_dict
 
 import input_cases as ic
 from kvbench.app import _errors, check_composed, precheck
-from kvbench.config import CONF_DIR
-from kvbench.jobresult import JobFailed, failure, read_failures, record_failure
+from kvbench.config.compose import CONF_DIR
+from kvbench.run.jobresult import JobFailed, failure, read_failures, record_failure
 
 GROUPS = {p.name for p in CONF_DIR.iterdir() if p.is_dir()}
 _BASES: dict[tuple[str, ...], object] = {}
@@ -212,8 +212,8 @@ def test_failures_are_recorded_in_the_sweep_dir(tmp_path):
 def test_a_failing_sweep_job_is_one_line_and_the_others_finish(tmp_path, monkeypatch, capsys):
     """ENOSPC in the middle job of three: one line for it, two finished runs, exit 1."""
     import kvbench.app as app
-    from kvbench.jobresult import FailedJobs
-    from kvbench.results import load_index
+    from kvbench.run.jobresult import FailedJobs
+    from kvbench.results.store import load_index
 
     real_run = app.run
 

@@ -64,8 +64,8 @@ def _kvbench(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
 def test_hf_sweep_with_a_job_failing_after_the_precheck(launcher, tmp_path):
     """workload.ignore_eos=true,false on a model with no EOS: one line for the false job, the true
     job finishes and keeps its run, exit 1; the sweep dir records the failure."""
-    from kvbench.jobresult import read_failures
-    from kvbench.results import load_index
+    from kvbench.run.jobresult import read_failures
+    from kvbench.results.store import load_index
 
     proc = _kvbench(["-m", *launcher, "backend=hf", "model=tiny-llama", "workload.num_requests=4", "workload.ignore_eos=true,false",
                      f"results_dir={tmp_path / 'results'}", "progress=false"], tmp_path)
@@ -120,7 +120,7 @@ def test_hf_family_is_checked_up_front(tmp_path):
 def test_a_full_disk_mid_sweep_is_one_line_per_failure(tmp_path):
     """A real ENOSPC (a 200 KiB tmpfs): the job that hits it is one line, Hydra failing to write
     the next job's config is one more, the finished runs keep their files and rows."""
-    from kvbench.results import load_index
+    from kvbench.results.store import load_index
 
     disk = tmp_path / "disk"
     disk.mkdir()

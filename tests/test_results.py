@@ -9,8 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from kvbench import results
-from kvbench.results import SUMMARY_COLUMNS, compare, load_index, load_requests, load_steps, write_run
+from kvbench.results import store as results
+from kvbench.results.store import SUMMARY_COLUMNS, compare, load_index, load_requests, load_steps, write_run
 
 
 def _summary(run_id: str, **extra) -> dict:
@@ -316,7 +316,7 @@ def test_reindex_skips_a_summary_that_is_not_one_and_says_so(tmp_path, capsys, c
 
 
 def test_clean_removes_only_dead_dirs_that_kvbench_made(tmp_path):
-    from kvbench.rundir import RUNNING_FILE, hold_run_lock
+    from kvbench.run.rundir import RUNNING_FILE, hold_run_lock
 
     runs = tmp_path / "runs" / "adhoc"
     dead, live, user, startup = (runs / n for n in ("dead", "live", "user", "startup"))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kvbench.results import load_index
+from kvbench.results.store import load_index
 from tests.test_app import QUICK, kvbench
 
 SWEEP_END = "run(s) of this sweep"
@@ -104,7 +104,7 @@ def _sweep_config(tmp_path, job_num: int, overrides: list[str]):
 def test_a_failed_job_is_a_failed_row(tmp_path, caplog, outcome):
     from hydra.core.utils import JobReturn, JobStatus
 
-    from kvbench.sweep import ComparisonTable
+    from kvbench.run.sweep import ComparisonTable
 
     callback = ComparisonTable()
     for num, rate in enumerate(("8", "4")):
@@ -118,7 +118,7 @@ def test_a_failed_job_is_a_failed_row(tmp_path, caplog, outcome):
         else:  # a job that finished: its summary.json exists and its row is in the index
             cfg = _sweep_config(tmp_path, num, [])
             run_dir = tmp_path / "runs" / "adhoc" / "sweep" / f"job-{num}"
-            from kvbench.results import write_run
+            from kvbench.results.store import write_run
             import pandas as pd
 
             write_run(run_dir, {"run_id": "r4", "allocator": "paged", "block_size": 16, "request_rate": 4.0,

@@ -139,7 +139,7 @@ def test_an_idle_cache_hits_exactly_the_trace_ceiling(tmp_path):
     from hydra import compose, initialize_config_dir
 
     from kvbench.app import run
-    from kvbench.config import CONF_DIR
+    from kvbench.config.compose import CONF_DIR
 
     rows = [(0, 3 * B + 1, 3, [1, 2, 3, 4]), (60_000, 2 * B + 1, 3, [1, 2, 5]),
             (120_000, 3 * B + 1, 3, [1, 6, 7, 8]), (180_000, 3 * B + 1, 3, [1, 2, 3, 9])]

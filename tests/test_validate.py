@@ -140,7 +140,7 @@ def test_layer_overhead_is_the_single_gpu_fit_and_tp_rows_hold_out():
 def test_a_negative_number_is_told_the_knobs_own_lower_bound():
     """The kind check's message for a negative value names the bound the knob's rule holds
     (0 refused too: ``> 0``; at least 1: ``>= 1``), not a bare ``>= 0`` that would invite a 0."""
-    from kvbench.knob_types import _number_error
+    from kvbench.config.knob_types import _number_error
 
     assert _number_error("workload.time_scale", 1.0, -1) == "workload.time_scale must be > 0; got -1"
     assert _number_error("engine.max_num_seqs", 256, -1) == "engine.max_num_seqs must be >= 1; got -1"

@@ -106,15 +106,15 @@ def _plain(node: Any) -> Any:
 
 
 def run_tags(fields: Mapping[str, Any]) -> list[str]:
-    """The standard run tags (``kvbench.naming.run_tags``): ``allocator=<label>``, ``reserve``,
+    """The standard run tags (``kvbench.results.naming.run_tags``): ``allocator=<label>``, ``reserve``,
     ``block_size``, ``workload``, ``request_rate``, ``experiment``; absent ones are skipped."""
-    from kvbench.naming import run_tags as tags
+    from kvbench.results.naming import run_tags as tags
 
     return tags(fields)
 
 
 def tags_from_config(flat_config: Mapping[str, Any]) -> list[str]:
     """The standard tags of a flattened run config (``allocator.name``, ``workload.name``, ...)."""
-    from kvbench.naming import fields_from_config
+    from kvbench.results.naming import fields_from_config
 
     return run_tags(fields_from_config(flat_config))

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from kvbench.naming import missing
+from kvbench.results.naming import missing
 
 
 def table_rows(rows: Sequence[Mapping], columns: Sequence[str]) -> list[list]:

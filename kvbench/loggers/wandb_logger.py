@@ -3,7 +3,7 @@ account offline. The only module of the project that imports wandb at import tim
 
 What one run holds:
 
-- name: ``<allocator label>-bs<block size>-<workload>-r<rate>`` (``kvbench.naming``), unless
+- name: ``<allocator label>-bs<block size>-<workload>-r<rate>`` (``kvbench.results.naming``), unless
   the caller passes one; the label is the allocator's config name (``orca-max``);
 - config: the resolved config flattened to ``a.b.c`` keys, ``allocator_label`` from the start,
   and the run's identity columns (``allocator``, ``block_size``, ``workload``,
@@ -35,9 +35,9 @@ from typing import Any
 import numpy as np
 import wandb
 
-from kvbench.results import SUMMARY_COLUMNS
+from kvbench.results.store import SUMMARY_COLUMNS
 
-from kvbench.naming import fields_from_config, run_name, run_tags
+from kvbench.results.naming import fields_from_config, run_name, run_tags
 
 from .base import RATE_PREFIX, STEP_METRIC, STEP_PREFIX, Logger, compared_metrics, flatten_config
 

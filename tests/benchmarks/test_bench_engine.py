@@ -8,7 +8,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from kvbench.app import prepare
-from kvbench.config import CONF_DIR
+from kvbench.config.compose import CONF_DIR
 from kvbench.engine import Engine, SchedulerConfig
 
 

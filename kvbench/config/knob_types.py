@@ -21,7 +21,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from kvbench.config import CONF_DIR, ConfigError
+from kvbench.config.compose import CONF_DIR, ConfigError
 
 ABSURD = 1e18  # no knob of a run means anything this large (bytes of a PiB are 1.1e15)
 
@@ -115,9 +115,9 @@ def kind_error(key: str, default, value) -> str | None:
 
 
 def _lower_bound(key: str) -> str:
-    """The knob's lower bound as its rule (``kvbench.validate``) states it (``> 0``, ``>= 1``),
+    """The knob's lower bound as its rule (``kvbench.config.validate``) states it (``> 0``, ``>= 1``),
     else ``>= 0``."""
-    from kvbench.validate import RULES
+    from kvbench.config.validate import RULES
 
     for rule in RULES:
         if rule.key == key:

@@ -42,7 +42,7 @@ def _check_prompt_fits(cfg) -> None:
 def validate(cfg) -> None:
     """Cheap checks of every knob the run reads; the allocator and workload check their own."""
     from allocators import STRATEGIES
-    from kvbench.validate import check_rules
+    from kvbench.config.validate import check_rules
 
     _check_paths(cfg)
     check_rules(cfg)

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from kvbench.naming import cell, granularity, missing
-from kvbench.query import QueryError
+from kvbench.results.naming import cell, granularity, missing
+from kvbench.results.query import QueryError
 
 # columns that describe what a run was given (compared runs are grouped by those that vary)
 SETTING_COLUMNS = ("experiment", "backend", "device", "gpu_profile", "model", "workload", "request_rate",
@@ -158,7 +158,7 @@ def format_groups(groups: Sequence[tuple[str, pd.DataFrame]], baseline: str, fmt
 
 def export_rows(df: pd.DataFrame, fmt: str) -> str:
     """The selected rows as strict JSON (a list of summary rows) or CSV."""
-    from kvbench.results import clean_summary
+    from kvbench.results.store import clean_summary
 
     if fmt == "csv":
         return df.to_csv(index=False)

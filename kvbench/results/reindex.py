@@ -5,7 +5,7 @@ A run dir is finished when it holds ``summary.json``. Readers add the finished r
 so no finished run is ever invisible. ``reindex`` rebuilds the index from those run dirs and keeps
 every old row whose run dir still holds a finished run (stored outside ``runs/``, or ``runs/``
 gone); it drops only rows whose run is gone, and says how many. ``clean`` removes only the dirs
-that kvbench made for a run whose process is dead (``kvbench.rundir.is_dead_run``), and in them
+that kvbench made for a run whose process is dead (``kvbench.run.rundir.is_dead_run``), and in them
 only the files kvbench writes.
 """
 from __future__ import annotations
@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 from typing import NamedTuple
 
-from kvbench.rundir import RUNNING_FILE, SUMMARY_FILE, is_dead_run, remove_outputs
+from kvbench.run.rundir import RUNNING_FILE, SUMMARY_FILE, is_dead_run, remove_outputs
 
 
 class ResultsError(ValueError):
@@ -40,7 +40,7 @@ def run_dirs(runs: Path) -> tuple[list[Path], list[Path]]:
 
 def summary_row(folder: Path, index_path: Path) -> dict:
     """The index row of a finished run dir, from its summary.json; ResultsError if unreadable."""
-    from kvbench.results import RUN_DIR_COLUMN, clean_summary, decode_nonfinite, run_dir_for_index
+    from kvbench.results.store import RUN_DIR_COLUMN, clean_summary, decode_nonfinite, run_dir_for_index
 
     try:
         row = json.loads((folder / SUMMARY_FILE).read_text())
@@ -58,7 +58,7 @@ def summary_row(folder: Path, index_path: Path) -> dict:
 def unindexed_rows(index_path: Path, rows: list[dict]) -> list[dict]:
     """Rows for the finished runs under ``<index folder>/runs`` that ``rows`` lack (by run dir and
     run_id), oldest summary first; unreadable summaries are left out."""
-    from kvbench.results import RUN_DIR_COLUMN
+    from kvbench.results.store import RUN_DIR_COLUMN
 
     runs = index_path.parent / "runs"
     if not runs.is_dir():
@@ -124,7 +124,7 @@ def reindex(index_path: str | os.PathLike) -> Reindexed:
 
     Rows are ordered by the time each summary.json was written.
     """
-    from kvbench.results import atomic_write
+    from kvbench.results.store import atomic_write
 
     index_path = Path(index_path)
     check_index_path(index_path, must_exist=False)

@@ -16,7 +16,7 @@ class QueryError(ValueError):
 
 def with_labels(df: pd.DataFrame) -> pd.DataFrame:
     """``allocator_label`` for every row (older rows lack it: derived from allocator and reserve)."""
-    from kvbench.naming import allocator_label, missing
+    from kvbench.results.naming import allocator_label, missing
 
     out = df.copy()
     derived = [allocator_label(str(a), r) for a, r in zip(out["allocator"], out["reserve"])]

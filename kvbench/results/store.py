@@ -289,7 +289,7 @@ def load_index(path: str | os.PathLike = DEFAULT_INDEX, dedupe: bool = True, uni
             continue
         rows.append(decode_nonfinite(obj))
     if unindexed:
-        from kvbench.reindex import unindexed_rows
+        from kvbench.results.reindex import unindexed_rows
 
         rows += [decode_nonfinite(row) for row in unindexed_rows(path, rows)]
         if missing and not rows:
@@ -363,7 +363,7 @@ def compare(
 
 # ----------------------------------------------------------------------------- finished and unfinished runs
 
-from kvbench.reindex import ResultsError, check_index_path, clean, reindex, run_dirs  # noqa: E402
+from kvbench.results.reindex import ResultsError, check_index_path, clean, reindex, run_dirs  # noqa: E402
 
 
 # ----------------------------------------------------------------------------- CLI
@@ -373,7 +373,7 @@ def _format_cell(value: object) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)) or value is pd.NA:
         return ""
     if isinstance(value, float):
-        from kvbench.naming import number
+        from kvbench.results.naming import number
 
         return number(value)
     return str(value)
@@ -419,7 +419,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="rebuild the index from the finished run dirs under runs/ next to it, then exit")
     parser.add_argument("--clean", action="store_true",
                         help="remove the unfinished run dirs kvbench made whose process is dead, then exit")
-    from kvbench.compare import add_arguments, check_sweep_dir, compare_or_export, note_all_null_sort, with_granularity
+    from kvbench.results.compare import add_arguments, check_sweep_dir, compare_or_export, note_all_null_sort, with_granularity
 
     add_arguments(parser)
     args = parser.parse_args(argv)
@@ -433,7 +433,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"kvbench-results: {exc}", file=sys.stderr)
         return 2
 
-    from kvbench.query import QueryError, in_sweep, sort, where as select, with_labels
+    from kvbench.results.query import QueryError, in_sweep, sort, where as select, with_labels
 
     columns = [c.strip() for c in args.columns.split(",") if c.strip()]
     group_by = [c.strip() for c in args.group_by.split(",") if c.strip()]

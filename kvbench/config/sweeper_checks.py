@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 from omegaconf import DictConfig, OmegaConf
 
-from kvbench.config import ConfigError
+from kvbench.config.compose import ConfigError
 
 DIRECTIONS = ("minimize", "maximize")
 
@@ -30,7 +30,7 @@ def check_launch(compose: Callable, overrides: list[str], first_job: list[str], 
     hydra_overrides = [o.input_line for o in parsed if o.key_or_group.startswith("hydra")]
     plain = [o for o in first_job if not o.lstrip("+~").startswith("hydra")]
     cfg = compose(config_name="config", overrides=plain + hydra_overrides, return_hydra_config=True)
-    from kvbench.knob_types import group_overrides
+    from kvbench.config.knob_types import group_overrides
 
     choices = group_overrides(plain) + [o for o in hydra_overrides if o.lstrip("+").startswith("hydra/")]
     _check_plugin_kinds(compose, cfg, choices)
@@ -47,7 +47,7 @@ def check_launch(compose: Callable, overrides: list[str], first_job: list[str], 
 
 def _check_plugin_kinds(compose: Callable, cfg: DictConfig, plugin_choices: list[str]) -> None:
     """The launcher's and sweeper's settings keep the kinds of their defaults; no unknown keys."""
-    from kvbench.knob_types import check_node_kinds
+    from kvbench.config.knob_types import check_node_kinds
 
     base = compose(config_name="config", overrides=plugin_choices, return_hydra_config=True)
     for node in ("launcher", "sweeper"):
@@ -88,7 +88,7 @@ def _check_optuna(cfg: DictConfig, parsed: list) -> None:
 
 def _check_interval(cfg: DictConfig, override) -> None:
     """An interval is a range of a numeric knob: start < end, both inside the knob's allowed range."""
-    from kvbench.validate import RULES
+    from kvbench.config.validate import RULES
 
     interval = override.value()
     key = override.key_or_group

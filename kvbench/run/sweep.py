@@ -30,8 +30,8 @@ METRIC_COLUMNS = ("granularity", "request_throughput", "mean_ttft_ms", "p99_ttft
 
 def sweep_runs(index_path: Path, sweep_dir: Path):
     """The index rows (a DataFrame) of runs stored under sweep_dir, in index order."""
-    from kvbench.query import in_sweep
-    from kvbench.results import load_index
+    from kvbench.results.query import in_sweep
+    from kvbench.results.store import load_index
 
     return in_sweep(load_index(index_path), index_path, sweep_dir).reset_index(drop=True)
 
@@ -70,7 +70,7 @@ def job_failed(status: object, value: object) -> bool:
         return True
     if isinstance(value, Mapping):
         return bool(value.get("failed") or value.get("error")) or str(value.get("status", "")).lower() == "failed"
-    return str(getattr(value, "status", "")).lower() == "failed"  # kvbench.jobresult.JobFailed
+    return str(getattr(value, "status", "")).lower() == "failed"  # kvbench.run.jobresult.JobFailed
 
 
 def job_record(config: DictConfig, job_return: Any) -> dict:
@@ -84,7 +84,7 @@ def job_record(config: DictConfig, job_return: Any) -> dict:
             error = str(value).strip().splitlines()[0] if str(value).strip() else type(value).__name__
         elif isinstance(value, Mapping) and value.get("error"):
             error = str(value["error"]).splitlines()[0]
-        elif getattr(value, "error", None):  # kvbench.jobresult.JobFailed
+        elif getattr(value, "error", None):  # kvbench.run.jobresult.JobFailed
             error = str(value.error).splitlines()[0]
         else:
             error = "failed (no finished run)" if not finished else "failed"
@@ -131,7 +131,7 @@ def _sort_key(value: object) -> tuple:
 
 def sweep_rows(records: Sequence[Mapping], runs, index_path: Path, keys: Sequence[str]) -> list[dict]:
     """One row per job: its swept values, status and summary columns; sorted by the swept values."""
-    from kvbench.naming import granularity
+    from kvbench.results.naming import granularity
 
     by_dir = {_absolute(row["run_dir"], index_path): row for row in runs.to_dict("records")}
     seen = {str(r["run_dir"]) for r in records}
@@ -152,7 +152,7 @@ def format_sweep_table(rows: Sequence[Mapping], keys: Sequence[str], metric: str
     """The swept keys, status, the compared metrics (and the sweeper's metric); ``-`` where none."""
     import pandas as pd
 
-    from kvbench.naming import cell
+    from kvbench.results.naming import cell
 
     columns = [*keys, "status", *METRIC_COLUMNS]
     if metric and metric not in columns:

@@ -14,7 +14,7 @@ import sys
 from hydra import compose, initialize_config_dir
 
 from kvbench.app import format_table, run
-from kvbench.config import CONF_DIR
+from kvbench.config.compose import CONF_DIR
 
 ALLOCATORS = ("orca-max", "orca-pow2", "orca-oracle", "contiguous", "contiguous-oracle", "paged",
               "paged_prefix", "radix", "vattention", "vattention-64k", "vattention-256k")
@@ -29,7 +29,7 @@ COMPARED = ("request_throughput", "mean_batch_size", "mem_token_frac", "mem_inte
 
 def coinciding(rows: list[dict]) -> list[list[str]]:
     """Labels of rows whose compared numbers are all equal (to 4 significant digits)."""
-    from kvbench.naming import cell
+    from kvbench.results.naming import cell
 
     by_numbers: dict[tuple, list[str]] = {}
     for row in rows:

@@ -1,0 +1,1 @@
+"""The composed config: its checks (rule table, knob kinds, launcher/sweeper) and the run spec."""
