@@ -4,7 +4,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
 
 
 class ConfigError(ValueError):
