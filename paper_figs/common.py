@@ -20,7 +20,14 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 
-from kvbench.results.store import #, MEM_COLUMNS, REQUESTS_FILE, RUN_DIR_COLUMN, STEPS_FILE, load_index
+from kvbench.results.store import (  # noqa: E402
+    DEFAULT_INDEX,
+    MEM_COLUMNS,
+    REQUESTS_FILE,
+    RUN_DIR_COLUMN,
+    STEPS_FILE,
+    load_index,
+)
 
 DEFAULT_OUT = Path("paper_figs/out")
 DPI = 150

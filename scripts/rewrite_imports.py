@@ -98,6 +98,7 @@ def destination(old: str, name: str | None) -> str:
 
 def _split_names(text: str) -> list[tuple[str, str | None]]:
     names = []
+    text = "\n".join(line.split("#", 1)[0] for line in text.splitlines())
     for part in text.replace("(", " ").replace(")", " ").replace("\\\n", " ").split(","):
         part = part.strip()
         if not part:
@@ -113,6 +114,8 @@ _FROM = re.compile(rf"^(?P<indent>[ \t]*)from (?P<mod>{_OLD_RE}) import (?P<name
 
 def _rewrite_from(match: re.Match) -> str:
     indent, old, comment = match["indent"], match["mod"], match["comment"] or ""
+    if not comment and "#" in match["names"]:  # ``import (  # noqa: E402``
+        comment = "  #" + match["names"].split("#", 1)[1].splitlines()[0]
     by_dest: dict[str, list[str]] = {}
     for name, alias in _split_names(match["names"]):
         if old in PACKAGES and name in NEW_ONLY:
@@ -122,6 +125,8 @@ def _rewrite_from(match: re.Match) -> str:
         by_dest.setdefault(dest, []).append(f"{name} as {alias}" if alias else name)
     if list(by_dest) == [old]:
         return match[0]
+    if len(by_dest) == 1:  # one destination: keep the statement's own layout and comments
+        return match[0].replace(f"from {old} import", f"from {next(iter(by_dest))} import", 1)
     lines = []
     for i, (dest, names) in enumerate(by_dest.items()):
         line = f"{indent}from {dest} import {', '.join(names)}"
