@@ -48,8 +48,8 @@ def worker(args: argparse.Namespace) -> None:
     """One timed run in this process (the tree on PYTHONPATH is the one measured); prints JSON."""
     from hydra import compose, initialize_config_dir
 
-    from kvbench.app import run
-    from kvbench.config.compose import CONF_DIR
+    from kvbench.run.lifecycle import run
+    from kvbench.config.errors import CONF_DIR
     from kvbench.engine import Engine
 
     timed: dict[str, float] = {}

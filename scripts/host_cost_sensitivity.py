@@ -26,7 +26,7 @@ from omegaconf import OmegaConf
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from kvbench.config.compose import CONF_DIR  # noqa: E402
+from kvbench.config.errors import CONF_DIR  # noqa: E402
 
 ASSUMPTIONS = ("step_overhead_s", "seq_overhead_s", "sample_host_s")
 ALLOCATORS = ("paged", "orca-oracle", "orca-max")
@@ -37,7 +37,7 @@ FACTORS = (0.5, 2.0)
 def _run(overrides: list[str], results: str) -> dict:
     from hydra import compose, initialize_config_dir
 
-    from kvbench.app import run
+    from kvbench.run.lifecycle import run
 
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         cfg = compose(config_name="config", overrides=[*overrides, "progress=false", "logger=none",

@@ -1,6 +1,6 @@
 """Census of the bad inputs of ``tests/input_cases.py``: how many end in one clean line.
 
-In-process (default): each case goes through ``kvbench.app.precheck``; a case is ``clean`` when
+In-process (default): each case goes through ``kvbench.run.precheck.precheck``; a case is ``clean`` when
 the pre-check returns one line, ``silent`` when it accepts the input, ``traceback`` when the
 pre-check raises. ``--subprocess N`` also runs every N-th case as a real ``kvbench`` process
 (exit code 2, exactly one stderr line, no traceback, no file written outside its results dir).
@@ -21,7 +21,7 @@ from input_cases import all_cases, classify_process, run_process, with_results  
 
 
 def in_process(args: list[str], results: Path) -> tuple[str, str]:
-    from kvbench.app import precheck
+    from kvbench.run.precheck import precheck
 
     try:
         error = precheck(with_results(args, results))

@@ -50,17 +50,31 @@ SYMBOLS: dict[tuple[str, str], str] = {
     ("kvbench.results", "_format_cell"): "kvbench.results.cli",
     ("kvbench.results", "_markdown"): "kvbench.results.cli",
     ("kvbench.results", "_groups"): "kvbench.results.cli",
-    ("kvbench.results", "ResultsError"): "kvbench.results.reindex",
+    ("kvbench.results", "ResultsError"): "kvbench.results.store",
     ("kvbench.results", "check_index_path"): "kvbench.results.reindex",
     ("kvbench.results", "clean"): "kvbench.results.reindex",
     ("kvbench.results", "reindex"): "kvbench.results.reindex",
-    ("kvbench.results", "run_dirs"): "kvbench.results.reindex",
+    ("kvbench.results", "run_dirs"): "kvbench.results.store",
+    ("kvbench.reindex", "ResultsError"): "kvbench.results.store",
+    ("kvbench.reindex", "run_dirs"): "kvbench.results.store",
+    ("kvbench.reindex", "summary_row"): "kvbench.results.store",
+    ("kvbench.reindex", "unindexed_rows"): "kvbench.results.store",
 }
+# names that moved again after the first (moves-only) commit: code rewritten with --moves-only
+INTERIM = {"kvbench.config.compose": ("ConfigError", "CONF_DIR"),
+           "kvbench.results.store": ("main", "_maintain", "_format_cell", "_markdown", "_groups", "check_index_path",
+                                     "clean", "reindex"),
+           "kvbench.results.reindex": ("ResultsError", "run_dirs", "summary_row", "unindexed_rows")}
+for _module, _names in INTERIM.items():
+    _old = {"kvbench.config.compose": "kvbench.config", "kvbench.results.store": "kvbench.results",
+            "kvbench.results.reindex": "kvbench.reindex"}[_module]
+    for _name in _names:
+        SYMBOLS[(_module, _name)] = SYMBOLS[(_old, _name)]
 # kvbench.app: what stays in the thin entry module; every other name went into kvbench/run/
 APP_KEEPS = {"main"}
 APP_SYMBOLS: dict[str, str] = {}
 for _name in ("KVBENCH_ERRORS", "_errors", "Prepared", "prepare", "_kv_bytes", "_allocator", "_window_knob",
-              "_workload", "_WORKLOADS", "_check_hf"):
+              "_workload", "_WORKLOADS"):
     APP_SYMBOLS[_name] = "kvbench.run.prepare"
 for _name in ("run", "_identity", "_length_stats", "_trace_stats", "_scheduling", "_stop_token_ids",
               "_serving", "_extras", "_save_npz", "_log"):
@@ -69,10 +83,10 @@ for _name in ("new_run_id", "PINNED_IDS", "_id_resolver", "_looks_like_run_id"):
     APP_SYMBOLS[_name] = "kvbench.run.ids"
 for _name in ("SHOW_COLUMNS", "format_table", "_job_label", "_Progress", "_progress_bar"):
     APP_SYMBOLS[_name] = "kvbench.run.console"
-for _name in ("check_job", "check_composed", "precheck", "_split_argv", "_job_overrides", "_plan_output_dirs",
+for _name in ("check_job", "check_composed", "_check_hf", "precheck", "_split_argv", "_job_overrides", "_plan_output_dirs",
               "PLANNED", "_OUTPUT_KEYS"):
     APP_SYMBOLS[_name] = "kvbench.run.precheck"
-for _name in ("_hydra_main", "_job", "_run_dir_and_id", "_nothing_served", "_objective", "error_line",
+for _name in ("_hydra_main", "hydra_job", "_job", "_run_dir_and_id", "_nothing_served", "_objective", "error_line",
               "job_failed", "_finish_logger", "_stop_and_clean", "hydra_entry"):
     APP_SYMBOLS[_name] = "kvbench.run.job"
 for _name, _dest in APP_SYMBOLS.items():
@@ -85,7 +99,7 @@ PACKAGES = {"kvbench.config", "kvbench.results"}  # old modules whose names are 
 # were also functions of the old modules: in ``from kvbench.results import compare`` they are the function)
 NEW_ONLY = NEW_SUBMODULES - {"validate", "compare", "reindex"}
 SUFFIXES = {".py", ".md", ".yaml", ".yml", ".toml", ".sh", ".cfg", ".txt"}
-OLD = sorted({*MODULES, "kvbench.app"}, key=len, reverse=True)
+OLD = sorted({*MODULES, "kvbench.app", *INTERIM}, key=len, reverse=True)
 _OLD_RE = "|".join(re.escape(m) for m in OLD)
 
 
@@ -174,7 +188,7 @@ def _rewrite_dotted(match: re.Match) -> str:
     if match.string[max(0, match.start() - 3):match.start()] == "-m " or match.string[
             max(0, match.start() - 7):match.start()] == '"-m", "':
         # ``python -m kvbench.app`` and ``-m kvbench.results`` still work (kept modules)
-        return match[0] if old in RUNNABLE else MODULES[old] + rest
+        return match[0] if old in RUNNABLE else MODULES.get(old, old) + rest
     name = rest[1:] if rest else None
     if old in PACKAGES and (name in NEW_SUBMODULES or match.string.startswith(" import ", match.end())):
         return match[0]  # already a new name: ``kvbench.results.store``, ``from kvbench.results import cli``

@@ -37,7 +37,7 @@ from omegaconf import OmegaConf
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from kvbench.config.compose import CONF_DIR  # noqa: E402
+from kvbench.config.errors import CONF_DIR  # noqa: E402
 from kvbench.run.provenance import PROVENANCE_COLUMNS  # noqa: E402
 from kvbench.results.store import decode_nonfinite  # noqa: E402
 
@@ -167,7 +167,7 @@ def _same(old: object, new: object) -> bool:
 
 def verify(path: Path, files: dict[str, list[Path]]) -> Outcome:
     """Rerun one committed run and compare it."""
-    from kvbench.app import run
+    from kvbench.run.lifecycle import run
 
     row = decode_nonfinite(json.loads(path.read_text()))
     recorded = row.get("overrides")

@@ -64,7 +64,7 @@ def knob_cases(conf_dir: str | None = None) -> list[tuple[str, list[str]]]:
     """(case_id, overrides) for every knob of every variant, once per knob and bad value."""
     from hydra import compose, initialize_config_dir
 
-    from kvbench.config.compose import CONF_DIR
+    from kvbench.config.errors import CONF_DIR
 
     seen: set[str] = set()
     cases = []

@@ -146,8 +146,8 @@ def run_hashes(overrides: list[str]) -> dict[str, str]:
     """Run one case through the app as a user would and hash the files it wrote."""
     from hydra import compose, initialize_config_dir
 
-    from kvbench.app import run
-    from kvbench.config.compose import CONF_DIR
+    from kvbench.run.lifecycle import run
+    from kvbench.config.errors import CONF_DIR
     from kvbench.results.store import load_requests, load_steps, load_summary
 
     with tempfile.TemporaryDirectory() as tmp:

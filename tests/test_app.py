@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
-from kvbench.app import run
-from kvbench.config.compose import CONF_DIR
+from kvbench.run.lifecycle import run
+from kvbench.config.errors import CONF_DIR
 from kvbench.results.store import SUMMARY_COLUMNS, load_index
 
 ROOT = Path(__file__).resolve().parent.parent

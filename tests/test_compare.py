@@ -7,7 +7,8 @@ import pandas as pd
 import pytest
 
 from kvbench.results.naming import granularity
-from kvbench.results.store import main, write_run
+from kvbench.results.cli import main
+from kvbench.results.store import write_run
 
 
 def _run(tmp_path, run_id: str, **summary) -> None:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from kvbench.app import run
-from kvbench.config.compose import ConfigError, validate
+from kvbench.run.lifecycle import run
+from kvbench.config.errors import ConfigError
+from kvbench.config.compose import validate
 from tests.engine_helpers import make_requests
 from tests.test_app import composed
 from tests.test_engine import batches, make_engine

@@ -1,7 +1,7 @@
 """`make demo`: it runs every allocator config or says why not, and names rows that coincide."""
 from __future__ import annotations
 
-from kvbench.config.compose import CONF_DIR
+from kvbench.config.errors import CONF_DIR
 from kvbench.run.demo import ALLOCATORS, LEFT_OUT, coinciding, why
 
 

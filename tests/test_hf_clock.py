@@ -7,7 +7,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from kvbench.batch import StepBatch
-from kvbench.config.compose import CONF_DIR, ConfigError
+from kvbench.config.errors import CONF_DIR, ConfigError
 from kvbench.executors.hf import HFExecutor, virtual_clock
 from kvbench.sim.cost_model import CostParams, step_time, summarize
 from tests.test_hf_executor import composed
@@ -18,7 +18,7 @@ OVERRIDES = ["backend=hf", "model=tiny-llama", "workload=synthetic", "workload.n
 
 
 def test_virtual_clock_is_reproducible_and_keeps_the_tokens(tmp_path):
-    from kvbench.app import run as app_run
+    from kvbench.run.lifecycle import run as app_run
 
     summaries, steps = [], []
     for i, clock in enumerate(["virtual", "virtual", "wall"]):

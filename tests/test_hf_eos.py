@@ -9,7 +9,7 @@ import torch
 from omegaconf import OmegaConf
 
 from allocators import build
-from kvbench.config.compose import ConfigError
+from kvbench.config.errors import ConfigError
 from kvbench.engine import Engine, SchedulerConfig
 from kvbench.executors.hf import HFExecutor
 from kvbench.hf.model import build_model
@@ -69,7 +69,7 @@ def test_parallel_samples_stop_independently_and_free_their_blocks(tiny):
 
 
 def test_app_ignore_eos(tmp_path):
-    from kvbench.app import run as app_run
+    from kvbench.run.lifecycle import run as app_run
 
     base = ["backend=hf", "model=tiny-llama", "workload=synthetic", "workload.num_requests=4",
             "workload.prompt_len=6", "workload.output_len=30", "engine.device=cpu", "engine.threads=1",

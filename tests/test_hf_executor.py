@@ -19,7 +19,7 @@ from omegaconf import OmegaConf
 from allocators import build
 from kernels import paged_attention_ref
 from kvbench.batch import SeqChunk, StepBatch, SwapOp
-from kvbench.config.compose import CONF_DIR, ConfigError
+from kvbench.config.errors import CONF_DIR, ConfigError
 from kvbench.engine import Engine, SchedulerConfig
 from kvbench.executors.hf import HFExecutor, default_kv_cache_bytes, resolve_device
 from kvbench.hf.model import build_model, count_params, hf_config
@@ -453,7 +453,7 @@ def composed(overrides: list[str]):
 
 
 def test_app_rejects_a_model_the_pool_cannot_hold(tmp_path):
-    from kvbench.app import run as app_run
+    from kvbench.run.lifecycle import run as app_run
 
     cfg = composed(["backend=hf", "model=tiny-llama", "engine.kv_cache_bytes=4096", "engine.device=cpu",
                     f"results_dir={tmp_path}", "progress=false"])
@@ -463,7 +463,7 @@ def test_app_rejects_a_model_the_pool_cannot_hold(tmp_path):
 
 
 def test_app_runs_end_to_end_with_measured_times(tmp_path):
-    from kvbench.app import run as app_run
+    from kvbench.run.lifecycle import run as app_run
 
     cfg = composed(["backend=hf", "model=tiny-llama", "workload=synthetic", "workload.num_requests=8",
                     "workload.prompt_len=12", "workload.output_len=6", "engine.device=cpu", "engine.threads=1",

@@ -15,7 +15,7 @@ import torch
 from omegaconf import OmegaConf
 
 from allocators import build
-from kvbench.config.compose import CONF_DIR, ConfigError
+from kvbench.config.errors import CONF_DIR, ConfigError
 from kvbench.engine import Engine, SchedulerConfig
 from kvbench.executors.hf import HFExecutor
 from kvbench.hf.features import UnsupportedAttention, read_layer

@@ -5,7 +5,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from kvbench.config.compose import CONF_DIR, ConfigError
+from kvbench.config.errors import CONF_DIR, ConfigError
 from kvbench.geometry import KVGeometry
 
 # DeepSeek-V3: 61 layers, 128 heads, K 128 + 64 (nope + rope), V 128, latent 512 + rope key 64, bfloat16
@@ -88,7 +88,7 @@ def test_pretrained_models_without_sdpa_fall_back_to_eager(tmp_path, model_type,
 def test_the_sim_sizes_an_mla_pool_by_its_latent(tmp_path):
     """Llama-3-8B's shape with MLA attention (latent 512 + rope 64, K 192 / V 128 per head): the sim's
     pool holds kv_bytes / (32 layers x 576 x 2 bytes) slots, 3.6x the slots of its per-head K/V."""
-    from kvbench.app import run
+    from kvbench.run.lifecycle import run
     from tests.test_hf_executor import composed
 
     common = ["backend=sim", "model=llama-3-8b", "workload=synthetic", "workload.num_requests=8",

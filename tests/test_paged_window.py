@@ -100,14 +100,14 @@ def test_the_window_runs_more_sequences_at_once_than_paged():
 def _cfg(*overrides):
     from hydra import compose, initialize_config_dir
 
-    from kvbench.config.compose import CONF_DIR
+    from kvbench.config.errors import CONF_DIR
 
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
         return compose("config", overrides=["allocator=paged_window", "backend=sim", *overrides])
 
 
 def test_the_window_defaults_to_the_models():
-    from kvbench.app import _allocator
+    from kvbench.run.prepare import _allocator
     from kvbench.geometry import KVGeometry
 
     cfg = _cfg("model=phi-3-mini")
@@ -121,8 +121,8 @@ def test_the_window_defaults_to_the_models():
     (["model=phi-3-mini", "engine.preemption=swap"], "preemption=recompute"),
 ])
 def test_refusals_are_one_clear_config_error(overrides, message):
-    from kvbench.app import _allocator
-    from kvbench.config.compose import ConfigError
+    from kvbench.run.prepare import _allocator
+    from kvbench.config.errors import ConfigError
     from kvbench.geometry import KVGeometry
 
     cfg = _cfg(*overrides)
@@ -131,7 +131,7 @@ def test_refusals_are_one_clear_config_error(overrides, message):
 
 
 def test_an_explicit_window_is_taken_for_any_model():
-    from kvbench.app import _allocator
+    from kvbench.run.prepare import _allocator
     from kvbench.geometry import KVGeometry
 
     cfg = _cfg("model=llama-7b", "allocator.window=512")

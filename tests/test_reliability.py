@@ -23,10 +23,12 @@ from omegaconf import OmegaConf, open_dict
 
 import reliability_cases as rc
 from kvbench.results import store as results_mod
-from kvbench.app import _errors, check_job, precheck
-from kvbench.config.compose import CONF_DIR, ConfigError
+from kvbench.run.prepare import _errors
+from kvbench.run.precheck import check_job, precheck
+from kvbench.config.errors import CONF_DIR, ConfigError
 from kvbench.run.rundir import check_output_dirs
-from kvbench.results.store import load_index, reindex
+from kvbench.results.store import load_index
+from kvbench.results.reindex import reindex
 
 ROOT = Path(__file__).resolve().parent.parent
 BASE = ["progress=false", "logger=none", "workload.num_requests=4"]
@@ -370,7 +372,7 @@ def test_a_signal_during_start_up_is_one_line_and_writes_nothing(tmp_path):
 
 def test_a_signal_during_the_write_lets_the_run_finish_and_says_so(tmp_path, monkeypatch):
     """SIGTERM arrives while summary.json is written: the run completes, then Terminated is raised."""
-    from kvbench import app
+    from kvbench.run import job as app  # the Hydra job module: run and discard as the job sees them
     from kvbench.run import signals
 
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):

@@ -20,8 +20,9 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf, open_dict
 
 import input_cases as ic
-from kvbench.app import _errors, check_composed, precheck
-from kvbench.config.compose import CONF_DIR
+from kvbench.run.prepare import _errors
+from kvbench.run.precheck import check_composed, precheck
+from kvbench.config.errors import CONF_DIR
 from kvbench.run.jobresult import JobFailed, failure, read_failures, record_failure
 
 GROUPS = {p.name for p in CONF_DIR.iterdir() if p.is_dir()}
@@ -211,25 +212,26 @@ def test_failures_are_recorded_in_the_sweep_dir(tmp_path):
 
 def test_a_failing_sweep_job_is_one_line_and_the_others_finish(tmp_path, monkeypatch, capsys):
     """ENOSPC in the middle job of three: one line for it, two finished runs, exit 1."""
-    import kvbench.app as app
+    import kvbench.run.job as job  # where the job looks up run()
+    from kvbench.app import main
     from kvbench.run.jobresult import FailedJobs
     from kvbench.results.store import load_index
 
-    real_run = app.run
+    real_run = job.run
 
     def run(cfg, **kwargs):
         if int(cfg.seed) == 1:
             raise OSError(errno.ENOSPC, "No space left on device")
         return real_run(cfg, **kwargs)
 
-    monkeypatch.setattr(app, "run", run)
+    monkeypatch.setattr(job, "run", run)
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(FailedJobs, "failed", 0)
     results = tmp_path / "results"
     monkeypatch.setattr(sys, "argv", ["kvbench", "-m", "seed=0,1,2", "workload.num_requests=4", "progress=false",
                                       f"results_dir={results}", "hydra/job_logging=disabled"])
     with pytest.raises(SystemExit) as exit_info:
-        app.main()
+        main()
     assert exit_info.value.code == 1
     err = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("kvbench")]
     assert len(err) == 2 and err[0].startswith("kvbench: error: job 1 (") and "No space left" in err[0]
@@ -240,7 +242,7 @@ def test_a_failing_sweep_job_is_one_line_and_the_others_finish(tmp_path, monkeyp
 
 
 def test_optuna_objective_of_a_run_without_the_metric_is_a_failed_trial():
-    from kvbench.app import _objective
+    from kvbench.run.job import _objective
 
     optuna = OmegaConf.create({"sweeper": {"_target_": "hydra_plugins.hydra_optuna_sweeper.optuna_sweeper.OptunaSweeper"},
                                "job": {"override_dirname": "x=1"}})
@@ -263,7 +265,7 @@ WORKLOADS = [["workload=synthetic", "workload.distribution=uniform", "workload.p
 
 @pytest.mark.parametrize("args", WORKLOADS, ids=[a[0] for a in WORKLOADS])
 def test_every_request_is_finished_or_rejected(args, tmp_path):
-    from kvbench.app import run
+    from kvbench.run.lifecycle import run
 
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         cfg = compose(config_name="config", overrides=[*args, "workload.num_requests=16", "engine.kv_cache_bytes=8e8",
@@ -278,7 +280,7 @@ def test_every_request_is_finished_or_rejected(args, tmp_path):
 
 
 def test_a_rejected_turn_rejects_the_rest_of_its_conversation(tmp_path):
-    from kvbench.app import run
+    from kvbench.run.lifecycle import run
 
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         cfg = compose(config_name="config", overrides=["workload=multiturn", "workload.num_requests=40",
@@ -294,7 +296,7 @@ def test_a_rejected_turn_rejects_the_rest_of_its_conversation(tmp_path):
 
 
 def test_a_run_that_serves_nothing_says_so(tmp_path):
-    from kvbench.app import _nothing_served
+    from kvbench.run.job import _nothing_served
 
     assert _nothing_served({"num_finished": 3, "num_rejected": 1}, tmp_path) is None
     line = _nothing_served({"num_finished": 0, "num_rejected": 5}, tmp_path)

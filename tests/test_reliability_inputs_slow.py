@@ -99,7 +99,7 @@ def test_a_torn_sharegpt_file_is_refused_and_a_whole_one_runs(tmp_path):
     import json
 
     import reliability_cases as rc
-    from kvbench.app import precheck
+    from kvbench.run.precheck import precheck
 
     text = json.dumps(rc._pairs(60))
     (tmp_path / "torn.json").write_text(text[: len(text) // 2])
@@ -111,7 +111,7 @@ def test_a_torn_sharegpt_file_is_refused_and_a_whole_one_runs(tmp_path):
 
 
 def test_hf_family_is_checked_up_front(tmp_path):
-    from kvbench.app import precheck
+    from kvbench.run.precheck import precheck
 
     error = precheck(["-m", "backend=hf", "model=tiny-llama", "model.family=llama,nope", f"results_dir={tmp_path}"])
     assert error and error.startswith("model.family must be one of")

@@ -10,7 +10,8 @@ import time
 import pytest
 
 import reliability_cases as rc
-from kvbench.results.store import clean, reindex, run_dirs
+from kvbench.results.reindex import clean, reindex
+from kvbench.results.store import run_dirs
 from test_reliability import _rows, files_under, kvbench, with_base
 
 pytestmark = pytest.mark.slow

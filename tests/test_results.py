@@ -9,6 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from kvbench.results import cli as results_cli
+import kvbench.results.reindex as reindex_mod
 from kvbench.results import store as results
 from kvbench.results.store import SUMMARY_COLUMNS, compare, load_index, load_requests, load_steps, write_run
 
@@ -195,7 +197,7 @@ def index_with_two_experiments(tmp_path):
 
 
 def test_cli_table_groups_by_experiment(index_with_two_experiments, capsys):
-    assert results.main(["--index", str(index_with_two_experiments)]) == 0
+    assert results_cli.main(["--index", str(index_with_two_experiments)]) == 0
     out = capsys.readouterr().out
     assert out.index("== fig2 ==") < out.index("== fig7 ==")
     assert "orca-pow2" in out and "mem_external_frac" in out  # the label, not "buddy"
@@ -203,7 +205,7 @@ def test_cli_table_groups_by_experiment(index_with_two_experiments, capsys):
 
 def test_cli_csv_markdown_and_experiment_filter(index_with_two_experiments, capsys):
     idx = str(index_with_two_experiments)
-    assert results.main(["--index", idx, "--columns", "allocator,block_size", "--format", "csv"]) == 0
+    assert results_cli.main(["--index", idx, "--columns", "allocator,block_size", "--format", "csv"]) == 0
     assert capsys.readouterr().out.splitlines() == [
         "experiment,allocator,block_size",
         "fig2,paged,16",
@@ -211,7 +213,7 @@ def test_cli_csv_markdown_and_experiment_filter(index_with_two_experiments, caps
         "fig7,paged,16",
     ]
     argv = ["--index", idx, "--columns", "allocator,reserve", "--format", "markdown", "--experiment", "fig2"]
-    assert results.main(argv) == 0
+    assert results_cli.main(argv) == 0
     assert capsys.readouterr().out.splitlines() == [
         "### fig2",
         "",
@@ -223,30 +225,30 @@ def test_cli_csv_markdown_and_experiment_filter(index_with_two_experiments, caps
 
 
 def test_cli_unknown_column_is_one_line_and_exit_2(index_with_two_experiments, capsys):
-    assert results.main(["--index", str(index_with_two_experiments), "--columns", "allocator,bogus"]) == 2
+    assert results_cli.main(["--index", str(index_with_two_experiments), "--columns", "allocator,bogus"]) == 2
     captured = capsys.readouterr()
     assert captured.out == ""
     assert len(captured.err.strip().splitlines()) == 1 and "bogus" in captured.err
 
 
 def test_cli_missing_index_exit_2(tmp_path, capsys):
-    assert results.main(["--index", str(tmp_path / "none.jsonl")]) == 2
+    assert results_cli.main(["--index", str(tmp_path / "none.jsonl")]) == 2
     assert "no index" in capsys.readouterr().err
 
 
 def test_cli_group_by_sort_where_and_labels(index_with_two_experiments, capsys):
     idx = str(index_with_two_experiments)
     argv = ["--index", idx, "--columns", "allocator_label,request_rate", "--format", "csv"]
-    assert results.main([*argv, "--group-by", "", "--sort=-request_rate,allocator_label"]) == 0
+    assert results_cli.main([*argv, "--group-by", "", "--sort=-request_rate,allocator_label"]) == 0
     assert capsys.readouterr().out.splitlines() == [
         "allocator_label,request_rate", "paged,4.0", "orca-pow2,2.0", "paged,2.0"]  # labels filled for old rows
-    assert results.main([*argv, "--where", "request_rate<3", "--where", "allocator_label!=paged"]) == 0
+    assert results_cli.main([*argv, "--where", "request_rate<3", "--where", "allocator_label!=paged"]) == 0
     assert capsys.readouterr().out.splitlines() == ["experiment,allocator_label,request_rate", "fig2,orca-pow2,2.0"]
-    assert results.main(["--index", idx, "--columns", "request_rate", "--group-by", "allocator_label"]) == 0
+    assert results_cli.main(["--index", idx, "--columns", "request_rate", "--group-by", "allocator_label"]) == 0
     out = capsys.readouterr().out
     assert out.index("== orca-pow2 ==") < out.index("== paged ==")  # groups in sorted order
     for bad in (["--where", "request_rate>>1"], ["--where", "nope=1"], ["--sort", "nope"], ["--group-by", "nope"]):
-        assert results.main(["--index", idx, *bad]) == 2
+        assert results_cli.main(["--index", idx, *bad]) == 2
         assert len(capsys.readouterr().err.strip().splitlines()) == 1
 
 
@@ -255,7 +257,7 @@ def test_cli_sweep_keeps_the_runs_of_one_sweep_directory(tmp_path, capsys):
     results.append_index_row(index, {**_summary("a"), "run_dir": "runs/x/sweep1/0"})
     results.append_index_row(index, {**_summary("b"), "run_dir": "runs/x/sweep2/0"})
     argv = ["--index", str(index), "--columns", "run_id", "--format", "csv", "--group-by", ""]
-    assert results.main([*argv, "--sweep", str(tmp_path / "runs/x/sweep2")]) == 0
+    assert results_cli.main([*argv, "--sweep", str(tmp_path / "runs/x/sweep2")]) == 0
     assert capsys.readouterr().out.splitlines() == ["run_id", "b"]
 
 
@@ -278,7 +280,7 @@ def test_readers_see_a_finished_run_that_lacks_its_row(tmp_path, capsys):
     assert list(load_index(index, unindexed=False)["run_id"]) == ["a"]
     index.unlink()  # killed before the very first row
     assert list(load_index(index)["run_id"]) == ["a", "b"]
-    assert results.main(["--index", str(index), "--columns", "run_id", "--format", "csv"]) == 0
+    assert results_cli.main(["--index", str(index), "--columns", "run_id", "--format", "csv"]) == 0
     assert capsys.readouterr().out.splitlines() == ["experiment,run_id", "fig2,a", "fig2,b"]
     assert lost.is_dir()
 
@@ -292,12 +294,12 @@ def test_reindex_keeps_rows_of_finished_runs_outside_runs_and_drops_only_gone_on
     for path in gone.iterdir():
         path.unlink()
     gone.rmdir()
-    done = results.reindex(index)
+    done = reindex_mod.reindex(index)
     assert (done.rows, done.kept, done.dropped) == (2, 1, 1)
     assert sorted(r["run_id"] for r in map(json.loads, index.read_text().splitlines())) == ["in", "out"]
     (results_dir / "runs" / "adhoc" / "in" / "summary.json").rename(tmp_path / "moved.json")
     os.rename(results_dir / "runs", tmp_path / "runs-gone")  # runs/ missing: the outside row stays
-    assert results.main(["--index", str(index), "--reindex"]) == 0
+    assert results_cli.main(["--index", str(index), "--reindex"]) == 0
     line = capsys.readouterr().out.strip()
     assert "1 finished runs" in line and "1 kept from outside runs/" in line and "1 dropped" in line, line
     assert [json.loads(r)["run_id"] for r in index.read_text().splitlines()] == ["out"] and outside.is_dir()
@@ -309,7 +311,7 @@ def test_reindex_skips_a_summary_that_is_not_one_and_says_so(tmp_path, capsys, c
     bad = tmp_path / "runs" / "adhoc" / "bad"
     bad.mkdir()
     (bad / "summary.json").write_text(content)
-    assert results.main(["--index", str(tmp_path / "index.jsonl"), "--reindex"]) == 0
+    assert results_cli.main(["--index", str(tmp_path / "index.jsonl"), "--reindex"]) == 0
     line = capsys.readouterr().out.strip()
     assert len(line.splitlines()) == 1 and "1 finished runs" in line and "1 unreadable summary.json" in line
     assert list(load_index(tmp_path / "index.jsonl")["run_id"]) == ["good"]
@@ -333,7 +335,7 @@ def test_clean_removes_only_dead_dirs_that_kvbench_made(tmp_path):
     (user / RUNNING_FILE).write_text("")  # a stray .running in a user's folder
     (user / "notes.txt").write_text("mine")
     try:
-        assert results.clean(tmp_path / "index.jsonl") == [dead]
+        assert reindex_mod.clean(tmp_path / "index.jsonl") == [dead]
     finally:
         handle.close()
     assert not dead.exists() and live.is_dir() and (user / "notes.txt").read_text() == "mine"
@@ -353,7 +355,7 @@ def test_clean_removes_only_dead_dirs_that_kvbench_made(tmp_path):
 def test_cli_edges_are_one_line_and_exit_2(tmp_path, capsys, argv, message):
     _finished(tmp_path, "a", chunked_prefill=True)
     before = sorted(p for p in tmp_path.rglob("*"))
-    assert results.main([a.replace("{tmp}", str(tmp_path)) for a in argv]) == 2
+    assert results_cli.main([a.replace("{tmp}", str(tmp_path)) for a in argv]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and message in err, err
     assert sorted(p for p in tmp_path.rglob("*")) == before  # no folder, no empty index
@@ -364,11 +366,11 @@ def test_cli_where_takes_a_boolean_and_sort_takes_mixed_types(tmp_path, capsys):
     _finished(tmp_path, "b", chunked_prefill=False, baseline=3.5)
     _finished(tmp_path, "c", chunked_prefill=None, baseline=1)
     argv = ["--index", str(tmp_path / "index.jsonl"), "--columns", "run_id", "--format", "csv", "--group-by", ""]
-    assert results.main([*argv, "--where", "chunked_prefill=true"]) == 0
+    assert results_cli.main([*argv, "--where", "chunked_prefill=true"]) == 0
     assert capsys.readouterr().out.splitlines() == ["run_id", "a"]
-    assert results.main([*argv, "--where", "chunked_prefill!=True"]) == 0
+    assert results_cli.main([*argv, "--where", "chunked_prefill!=True"]) == 0
     assert capsys.readouterr().out.splitlines() == ["run_id", "b"]
-    assert results.main([*argv, "--sort", "baseline"]) == 0  # numbers by value, then text
+    assert results_cli.main([*argv, "--sort", "baseline"]) == 0  # numbers by value, then text
     assert capsys.readouterr().out.splitlines() == ["run_id", "c", "b", "a"]
-    assert results.main([*argv, "--sort=-baseline"]) == 0
+    assert results_cli.main([*argv, "--sort=-baseline"]) == 0
     assert capsys.readouterr().out.splitlines() == ["run_id", "a", "b", "c"]

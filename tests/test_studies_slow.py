@@ -19,7 +19,7 @@ def short_run(name: str) -> list[str]:
     (every request at time 0, a replayed trace) fewer requests."""
     from hydra import compose, initialize_config_dir
 
-    from kvbench.config.compose import CONF_DIR
+    from kvbench.config.errors import CONF_DIR
 
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         cfg = compose(config_name="config", overrides=[f"experiment={name}"])

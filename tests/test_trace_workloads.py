@@ -138,8 +138,8 @@ def test_an_idle_cache_hits_exactly_the_trace_ceiling(tmp_path):
     """Requests far apart, a pool that holds everything: paged_prefix and radix hit the ceiling."""
     from hydra import compose, initialize_config_dir
 
-    from kvbench.app import run
-    from kvbench.config.compose import CONF_DIR
+    from kvbench.run.lifecycle import run
+    from kvbench.config.errors import CONF_DIR
 
     rows = [(0, 3 * B + 1, 3, [1, 2, 3, 4]), (60_000, 2 * B + 1, 3, [1, 2, 5]),
             (120_000, 3 * B + 1, 3, [1, 6, 7, 8]), (180_000, 3 * B + 1, 3, [1, 2, 3, 9])]

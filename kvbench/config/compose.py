@@ -4,11 +4,9 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
+from kvbench.config.errors import ConfigError
+from kvbench.config.validate import check_rules
 
-
-class ConfigError(ValueError):
-    """A wrong config value; the message is one line naming the key and what is allowed."""
 
 
 def _choice(cfg, key: str, value, allowed) -> None:
@@ -42,7 +40,6 @@ def _check_prompt_fits(cfg) -> None:
 def validate(cfg) -> None:
     """Cheap checks of every knob the run reads; the allocator and workload check their own."""
     from allocators import STRATEGIES
-    from kvbench.config.validate import check_rules
 
     _check_paths(cfg)
     check_rules(cfg)

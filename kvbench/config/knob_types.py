@@ -21,7 +21,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
-from kvbench.config.compose import CONF_DIR, ConfigError
+from kvbench.config.errors import CONF_DIR, ConfigError
 
 ABSURD = 1e18  # no knob of a run means anything this large (bytes of a PiB are 1.1e15)
 

@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 from omegaconf import DictConfig, OmegaConf
 
-from kvbench.config.compose import ConfigError
+from kvbench.config.errors import ConfigError
 
 DIRECTIONS = ("minimize", "maximize")
 

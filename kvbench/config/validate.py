@@ -10,7 +10,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from kvbench.config.compose import ConfigError
+from kvbench.config.errors import ConfigError
 from kvbench.engine.scheduler import beam_limit_error
 
 PIB = 2**50
@@ -261,7 +261,7 @@ def check_baseline(cfg) -> None:
         return
     from omegaconf import OmegaConf
 
-    from kvbench.config.compose import CONF_DIR
+    from kvbench.config.errors import CONF_DIR
 
     path = CONF_DIR / "baseline" / f"{name}.yaml"
     if not isinstance(name, str) or not path.is_file():

@@ -39,7 +39,7 @@ import numpy as np
 import torch
 
 from kvbench.batch import StepBatch, StepResult
-from kvbench.config.compose import ConfigError
+from kvbench.config.errors import ConfigError
 from kvbench.geometry import KVGeometry
 from kvbench.hf.attention import LayerTimer, StepAttention, register, step_attention
 from kvbench.hf.features import check_shapes, check_windows, probe_layers

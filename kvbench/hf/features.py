@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from kvbench.config.compose import ConfigError
+from kvbench.config.errors import ConfigError
 
 # Arguments transformers passes along that do not change attention with packed position_ids.
 IGNORED_KWARGS = frozenset({"position_ids", "use_cache", "output_router_logits", "output_attentions",

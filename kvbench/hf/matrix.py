@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass
 import kvbench.hf  # noqa: F401  (HF_HUB_OFFLINE before transformers)
 import torch
 
-from kvbench.config.compose import ConfigError
+from kvbench.config.errors import ConfigError
 
 SMALL = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
              intermediate_size=128, vocab_size=256, max_position_embeddings=256, head_dim=16,

@@ -19,7 +19,7 @@ from pathlib import Path
 import kvbench.hf  # noqa: F401  (HF_HUB_OFFLINE before transformers)
 import torch
 
-from kvbench.config.compose import ConfigError
+from kvbench.config.errors import ConfigError
 
 # model.family -> transformers model_type. Every family routes attention through the registry.
 FAMILIES = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "phi", "phi3", "gemma",

@@ -34,7 +34,7 @@ class SamplingParams:
     top_k: int = 0  # keep the k most likely tokens (0 = off)
 
     def __post_init__(self) -> None:
-        from kvbench.config.compose import ConfigError
+        from kvbench.config.errors import ConfigError
 
         temperature = self.temperature
         if not (isinstance(temperature, (int, float)) and temperature >= 0 and math.isfinite(temperature)):

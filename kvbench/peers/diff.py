@@ -115,7 +115,7 @@ def record(overrides: list[str]) -> tuple[list[Op], dict]:
     from hydra import compose, initialize_config_dir
 
     import kvbench.app as app
-    from kvbench.config.compose import CONF_DIR
+    from kvbench.config.errors import CONF_DIR
 
     recorders: list[OpRecorder] = []
     original = app.build_allocator

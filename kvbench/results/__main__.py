@@ -1,6 +1,6 @@
 """``python -m kvbench.results``: the kvbench-results command."""
 import sys
 
-from kvbench.results.store import main
+from kvbench.results.cli import main
 
 sys.exit(main())

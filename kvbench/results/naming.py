@@ -20,7 +20,7 @@ _ORCA_RESERVES = ("max", "pow2", "oracle")
 def _config_knobs(choice: str) -> tuple[str | None, str | None] | None:
     from omegaconf import OmegaConf
 
-    from kvbench.config.compose import CONF_DIR
+    from kvbench.config.errors import CONF_DIR
 
     path = CONF_DIR / "allocator" / f"{choice}.yaml"
     if not path.is_file():

@@ -16,66 +16,8 @@ import os
 from pathlib import Path
 from typing import NamedTuple
 
-from kvbench.run.rundir import RUNNING_FILE, SUMMARY_FILE, is_dead_run, remove_outputs
-
-
-class ResultsError(ValueError):
-    """A results folder or index that cannot be read or rebuilt; one line."""
-
-
-def run_dirs(runs: Path) -> tuple[list[Path], list[Path]]:
-    """(finished run dirs, unfinished ones) under ``runs``: a run dir has ``.hydra/``, a
-    ``.running`` record or a summary."""
-    finished, unfinished = [], []
-    for dirpath, dirnames, filenames in os.walk(runs):
-        folder = Path(dirpath)
-        if SUMMARY_FILE in filenames:
-            finished.append(folder)
-            dirnames.clear()
-        elif ".hydra" in dirnames or RUNNING_FILE in filenames:
-            unfinished.append(folder)
-            dirnames.clear()
-    return sorted(finished), sorted(unfinished)
-
-
-def summary_row(folder: Path, index_path: Path) -> dict:
-    """The index row of a finished run dir, from its summary.json; ResultsError if unreadable."""
-    from kvbench.results.store import RUN_DIR_COLUMN, clean_summary, decode_nonfinite, run_dir_for_index
-
-    try:
-        row = json.loads((folder / SUMMARY_FILE).read_text())
-    except (OSError, ValueError, UnicodeDecodeError) as exc:
-        raise ResultsError(f"{folder / SUMMARY_FILE}: unreadable ({exc})") from None
-    if not isinstance(row, dict) or not isinstance(row.get("run_id"), str) or not row["run_id"]:
-        raise ResultsError(f"{folder / SUMMARY_FILE}: not a summary (a JSON object with a run_id)")
-    try:
-        row = clean_summary(decode_nonfinite(row))
-    except (TypeError, ValueError) as exc:
-        raise ResultsError(f"{folder / SUMMARY_FILE}: {exc}") from None
-    return {**row, RUN_DIR_COLUMN: run_dir_for_index(folder, index_path)}
-
-
-def unindexed_rows(index_path: Path, rows: list[dict]) -> list[dict]:
-    """Rows for the finished runs under ``<index folder>/runs`` that ``rows`` lack (by run dir and
-    run_id), oldest summary first; unreadable summaries are left out."""
-    from kvbench.results.store import RUN_DIR_COLUMN
-
-    runs = index_path.parent / "runs"
-    if not runs.is_dir():
-        return []
-    dirs = {str(r.get(RUN_DIR_COLUMN)) for r in rows}
-    ids = {r.get("run_id") for r in rows}
-    found = []
-    for folder in run_dirs(runs)[0]:  # the cheap checks first: no path is resolved for a run with a row
-        if folder.name in ids or folder.relative_to(index_path.parent).as_posix() in dirs:
-            continue
-        try:
-            row = summary_row(folder, index_path)
-        except ResultsError:
-            continue
-        if row["run_id"] not in ids:
-            found.append(((folder / SUMMARY_FILE).stat().st_mtime, row))
-    return [row for _, row in sorted(found, key=lambda item: item[0])]
+from kvbench.results.store import ResultsError, atomic_write, run_dirs, summary_row
+from kvbench.run.rundir import SUMMARY_FILE, is_dead_run, remove_outputs
 
 
 class Reindexed(NamedTuple):
@@ -124,8 +66,6 @@ def reindex(index_path: str | os.PathLike) -> Reindexed:
 
     Rows are ordered by the time each summary.json was written.
     """
-    from kvbench.results.store import atomic_write
-
     index_path = Path(index_path)
     check_index_path(index_path, must_exist=False)
     finished, unfinished = run_dirs(index_path.parent / "runs")

@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from kvbench.config.compose import ConfigError
+from kvbench.config.errors import ConfigError
 
 MIN_FREE_BYTES = 16 << 20  # a run's parquet files and summary; far more with memmap snapshots
 

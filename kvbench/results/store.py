@@ -26,23 +26,23 @@ between ``summary.json`` and the append). An append that fails (a full disk, in 
 fsync) is cut back to the old size, so a line is whole or absent. A run that is repeated under
 the same ``run_id`` appends a new line, and readers keep the last one.
 
-``kvbench-results`` prints a comparison table from the index.
+``kvbench-results`` (``kvbench/results/cli.py``) prints a comparison table from the index.
 """
 from __future__ import annotations
 
-import argparse
 import fcntl
 import json
 import math
 import numbers
 import os
-import sys
 import warnings
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+
+from kvbench.run.rundir import RUNNING_FILE
 
 # The design's summary columns, in order (design.md, "Results schema").
 SUMMARY_COLUMNS: tuple[str, ...] = (
@@ -289,8 +289,6 @@ def load_index(path: str | os.PathLike = DEFAULT_INDEX, dedupe: bool = True, uni
             continue
         rows.append(decode_nonfinite(obj))
     if unindexed:
-        from kvbench.results.reindex import unindexed_rows
-
         rows += [decode_nonfinite(row) for row in unindexed_rows(path, rows)]
         if missing and not rows:
             raise FileNotFoundError(f"no index at {path} and no finished run under {path.parent / 'runs'}")
@@ -361,159 +359,59 @@ def compare(
     return out.reset_index(drop=True)
 
 
-# ----------------------------------------------------------------------------- finished and unfinished runs
-
-from kvbench.results.reindex import ResultsError, check_index_path, clean, reindex, run_dirs  # noqa: E402
+# ----------------------------------------------------------------------------- finished runs under runs/
 
 
-# ----------------------------------------------------------------------------- CLI
+class ResultsError(ValueError):
+    """A results folder or index that cannot be read or rebuilt; one line."""
 
 
-def _format_cell(value: object) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)) or value is pd.NA:
-        return ""
-    if isinstance(value, float):
-        from kvbench.results.naming import number
-
-        return number(value)
-    return str(value)
-
-
-def _markdown(df: pd.DataFrame) -> str:
-    header = "| " + " | ".join(df.columns) + " |"
-    rule = "| " + " | ".join("---" for _ in df.columns) + " |"
-    body = ["| " + " | ".join(_format_cell(v) or "-" for v in row) + " |" for row in df.itertuples(index=False)]
-    return "\n".join([header, rule, *body])
+def run_dirs(runs: Path) -> tuple[list[Path], list[Path]]:
+    """(finished run dirs, unfinished ones) under ``runs``: a run dir has ``.hydra/``, a
+    ``.running`` record or a summary."""
+    finished, unfinished = [], []
+    for dirpath, dirnames, filenames in os.walk(runs):
+        folder = Path(dirpath)
+        if SUMMARY_FILE in filenames:
+            finished.append(folder)
+            dirnames.clear()
+        elif ".hydra" in dirnames or RUNNING_FILE in filenames:
+            unfinished.append(folder)
+            dirnames.clear()
+    return sorted(finished), sorted(unfinished)
 
 
-def _groups(table: pd.DataFrame, by: Sequence[str] = ("experiment",)) -> Iterable[tuple[str, pd.DataFrame]]:
-    if not by:
-        yield "all runs", table
-        return
-    keys = table[list(by)].astype(object).apply(
-        lambda row: ", ".join("(none)" if pd.isna(v) else str(v) for v in row), axis=1)
-    for name in dict.fromkeys(keys):
-        yield name, table.loc[keys == name].drop(columns=list(by))
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``kvbench-results``: print a comparison table of index columns, grouped by experiment."""
-    parser = argparse.ArgumentParser(
-        prog="kvbench-results", description="Compare runs recorded in the results index."
-    )
-    parser.add_argument("--index", default=str(DEFAULT_INDEX), help="index file (%(default)s)")
-    parser.add_argument(
-        "--columns",
-        default=",".join(DEFAULT_COMPARE_COLUMNS),
-        help="comma-separated columns (default: %(default)s)",
-    )
-    parser.add_argument("--experiment", help="only runs of this experiment")
-    parser.add_argument("--group-by", default="experiment",
-                        help="comma-separated columns, one table per value (%(default)s; '' for one table)")
-    parser.add_argument("--sort", default="", help="comma-separated columns; -COL sorts descending (write --sort=-COL)")
-    parser.add_argument("--where", action="append", default=[], metavar="COL OP VALUE",
-                        help="keep rows where e.g. allocator_label=orca-max, request_rate>=2 (repeatable)")
-    parser.add_argument("--sweep", help="only runs of this sweep directory (results/runs/<experiment>/<sweep>)")
-    parser.add_argument("--format", choices=("table", "csv", "markdown"), default="table")
-    parser.add_argument("--reindex", action="store_true",
-                        help="rebuild the index from the finished run dirs under runs/ next to it, then exit")
-    parser.add_argument("--clean", action="store_true",
-                        help="remove the unfinished run dirs kvbench made whose process is dead, then exit")
-    from kvbench.results.compare import add_arguments, check_sweep_dir, compare_or_export, note_all_null_sort, with_granularity
-
-    add_arguments(parser)
-    args = parser.parse_args(argv)
-    index = Path(args.index)
+def summary_row(folder: Path, index_path: Path) -> dict:
+    """The index row of a finished run dir, from its summary.json; ResultsError if unreadable."""
     try:
-        check_index_path(index, must_exist=False)
-        if args.reindex or args.clean:
-            return _maintain(index, args.clean, args.reindex)
-        check_index_path(index, must_exist=not (index.parent / "runs").is_dir())
-    except ResultsError as exc:
-        print(f"kvbench-results: {exc}", file=sys.stderr)
-        return 2
-
-    from kvbench.results.query import QueryError, in_sweep, sort, where as select, with_labels
-
-    columns = [c.strip() for c in args.columns.split(",") if c.strip()]
-    group_by = [c.strip() for c in args.group_by.split(",") if c.strip()]
-    if not columns:
-        print(f"kvbench-results: --columns: {args.columns!r} names no column", file=sys.stderr)
-        return 2
+        row = json.loads((folder / SUMMARY_FILE).read_text())
+    except (OSError, ValueError, UnicodeDecodeError) as exc:
+        raise ResultsError(f"{folder / SUMMARY_FILE}: unreadable ({exc})") from None
+    if not isinstance(row, dict) or not isinstance(row.get("run_id"), str) or not row["run_id"]:
+        raise ResultsError(f"{folder / SUMMARY_FILE}: not a summary (a JSON object with a run_id)")
     try:
-        df = with_granularity(with_labels(load_index(index)))
-    except FileNotFoundError:
-        print(f"kvbench-results: no index at {args.index}", file=sys.stderr)
-        return 2
-    except (OSError, UnicodeDecodeError) as exc:
-        print(f"kvbench-results: cannot read {args.index}: {exc}", file=sys.stderr)
-        return 2
-    if args.experiment is not None:
-        df = df[df["experiment"] == args.experiment]
-    try:
-        df = select(df, args.where)
-        if args.sweep:
-            df = in_sweep(df, Path(args.index), Path(args.sweep))
-            check_sweep_dir(Path(args.index), Path(args.sweep), df)
-        sort_keys = [k.strip() for k in args.sort.split(",") if k.strip()]
-        note_all_null_sort(df, sort_keys)
-        if args.compare or args.export:
-            return compare_or_export(args, sort(df, sort_keys))
-        # --sort orders the rows (groups keep their first appearance); else rows go by group
-        if sort_keys:
-            table = compare(sort(df, sort_keys), [*group_by, *columns], by=())
-        else:
-            table = compare(df, columns, by=group_by)
-    except QueryError as e:
-        print(f"kvbench-results: {e}", file=sys.stderr)
-        return 2
-    except KeyError as e:
-        known = ", ".join(df.columns)
-        print(f"kvbench-results: --columns/--group-by: {e.args[0]} (known: {known})", file=sys.stderr)
-        return 2
-    if table.empty:
-        where = f" for experiment {args.experiment!r}" if args.experiment is not None else ""
-        print(f"kvbench-results: no runs in {args.index}{where}", file=sys.stderr)
-        return 1
-
-    if args.format == "csv":
-        table.to_csv(sys.stdout, index=False)
-        return 0
-    blocks = []
-    for name, group in _groups(table, group_by):
-        if args.format == "markdown":
-            blocks.append(f"### {name}\n\n{_markdown(group)}")
-        else:
-            cells = group.map(lambda v: _format_cell(v) or "-")
-            blocks.append(f"== {name} ==\n{cells.to_string(index=False)}")
-    print("\n\n".join(blocks))
-    return 0
+        row = clean_summary(decode_nonfinite(row))
+    except (TypeError, ValueError) as exc:
+        raise ResultsError(f"{folder / SUMMARY_FILE}: {exc}") from None
+    return {**row, RUN_DIR_COLUMN: run_dir_for_index(folder, index_path)}
 
 
-def _maintain(index: Path, clean_dirs: bool, rebuild: bool) -> int:
-    """``--clean`` and ``--reindex``: one line on stdout each, or one on stderr and exit 2."""
-    try:
-        if clean_dirs:
-            removed = clean(index)
-            left = len(run_dirs(index.parent / "runs")[1])
-            print(f"kvbench-results: removed {len(removed)} dead run dirs that kvbench made; {left} unfinished "
-                  "left (a live run, or not provably kvbench's and dead)")
-        if rebuild:
-            done = reindex(index)
-            notes = [f"{done.kept} kept from outside runs/" if done.kept else "",
-                     f"{done.dropped} dropped (their run dir is gone)" if done.dropped else "",
-                     f"{len(done.unreadable)} unreadable summary.json ({done.unreadable[0]})" if done.unreadable else ""]
-            extra = "".join(f"; {n}" for n in notes if n)
-            print(f"kvbench-results: {index}: {done.rows} finished runs{extra}; {done.unfinished} unfinished run "
-                  "dirs ignored (--clean removes the dead ones)")
-    except ResultsError as exc:
-        print(f"kvbench-results: {exc}", file=sys.stderr)
-        return 2
-    except OSError as exc:
-        print(f"kvbench-results: cannot rewrite {index}: {exc.strerror or exc}", file=sys.stderr)
-        return 2
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+def unindexed_rows(index_path: Path, rows: list[dict]) -> list[dict]:
+    """Rows for the finished runs under ``<index folder>/runs`` that ``rows`` lack (by run dir and
+    run_id), oldest summary first; unreadable summaries are left out."""
+    runs = index_path.parent / "runs"
+    if not runs.is_dir():
+        return []
+    dirs = {str(r.get(RUN_DIR_COLUMN)) for r in rows}
+    ids = {r.get("run_id") for r in rows}
+    found = []
+    for folder in run_dirs(runs)[0]:  # the cheap checks first: no path is resolved for a run with a row
+        if folder.name in ids or folder.relative_to(index_path.parent).as_posix() in dirs:
+            continue
+        try:
+            row = summary_row(folder, index_path)
+        except ResultsError:
+            continue
+        if row["run_id"] not in ids:
+            found.append(((folder / SUMMARY_FILE).stat().st_mtime, row))
+    return [row for _, row in sorted(found, key=lambda item: item[0])]

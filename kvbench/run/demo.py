@@ -13,8 +13,9 @@ import sys
 
 from hydra import compose, initialize_config_dir
 
-from kvbench.app import format_table, run
-from kvbench.config.compose import CONF_DIR
+from kvbench.run.console import format_table
+from kvbench.run.lifecycle import run
+from kvbench.config.errors import CONF_DIR
 
 ALLOCATORS = ("orca-max", "orca-pow2", "orca-oracle", "contiguous", "contiguous-oracle", "paged",
               "paged_prefix", "radix", "vattention", "vattention-64k", "vattention-256k")

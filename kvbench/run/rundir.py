@@ -24,7 +24,7 @@ import socket
 from fnmatch import fnmatch
 from pathlib import Path
 
-from kvbench.config.compose import ConfigError
+from kvbench.config.errors import ConfigError
 
 KEEP_ENV = "KVBENCH_KEEP_DIR"
 RUNNING_FILE = ".running"

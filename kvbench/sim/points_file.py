@@ -11,7 +11,7 @@ import csv
 import math
 from pathlib import Path
 
-from kvbench.config.compose import CONF_DIR
+from kvbench.config.errors import CONF_DIR
 
 COLUMNS = ("source", "model", "gpu", "count", "batch", "input_len", "output_len", "measured_ms")
 INT_COLUMNS = ("count", "batch", "input_len", "output_len")

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 from hydra import compose, initialize_config_dir
 
-from kvbench.app import prepare
-from kvbench.config.compose import CONF_DIR
+from kvbench.run.prepare import prepare
+from kvbench.config.errors import CONF_DIR
 from kvbench.engine import Engine, SchedulerConfig
 
 

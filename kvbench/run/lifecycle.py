@@ -1,0 +1,203 @@
+"""One run, start to end: ``run(cfg)`` prepares it, runs the engine, builds the summary row,
+writes the run's files and index row (signals held back), and hands them to the logger."""
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+from omegaconf import DictConfig
+
+from kvbench.config.errors import ConfigError
+from kvbench.engine import Engine, SchedulerConfig
+from kvbench.engine.policies import scheduler_class
+from kvbench.metrics import parse_goodput, parse_percentiles, serving_metrics
+from kvbench.results.naming import allocator_label, granularity, hydra_choice
+from kvbench.results.store import write_run
+from kvbench.run import signals
+from kvbench.run.console import _job_label, _progress_bar
+from kvbench.run.ids import new_run_id
+from kvbench.run.prepare import Prepared, prepare
+from kvbench.run.provenance import provenance
+from kvbench.workloads.traces import interarrival_cv
+
+
+def _identity(cfg: DictConfig, prep: Prepared, run_id: str) -> dict:
+    alloc = cfg.allocator
+    return {
+        "run_id": run_id,
+        "experiment": str(cfg.experiment_name),
+        "allocator": str(alloc.name),
+        "allocator_label": allocator_label(str(alloc.name), alloc.get("reserve"), hydra_choice()),
+        "reserve": alloc.get("reserve"),
+        "block_size": int(alloc.block_size) if alloc.get("block_size") is not None else (
+            prep.allocator.block_size if alloc.name == "vattention" else None),  # vattention: auto
+        "backend": str(cfg.backend.name),
+        "device": prep.device,
+        "gpu_profile": prep.gpu_profile,
+        "model": str(cfg.model.name),
+        "workload": prep.workload.name,
+        "request_rate": float(prep.workload.request_rate),
+        "num_requests": prep.workload.meta.get("num_turns", len(prep.workload.requests)),  # multiturn: turns
+        "kv_slots": prep.num_slots,
+        "kv_bytes": prep.kv_bytes,
+        "seed": int(cfg.seed),
+    }
+
+
+def run(cfg: DictConfig, run_dir: str | Path | None = None, logger=None, run_id: str | None = None) -> dict:
+    """One run: build, simulate or execute, write results; returns the summary row."""
+    prep = prepare(cfg)
+    requests = prep.workload.requests
+    run_id = run_id or new_run_id()
+    eng = cfg.engine
+    sched_cfg = SchedulerConfig(
+        max_num_batched_tokens=int(eng.max_num_batched_tokens),
+        max_num_seqs=int(eng.max_num_seqs),
+        chunked_prefill=bool(eng.chunked_prefill),
+        preemption=str(eng.preemption),
+        swap_slots=int(float(eng.swap_space_bytes or 0) // prep.geometry.bytes_per_slot),
+        max_model_len=int(cfg.model.max_model_len),
+        stop_token_ids=_stop_token_ids(cfg, prep),
+    )
+    progress = _progress_bar(cfg, len(requests), _job_label(cfg))
+    wall0 = time.perf_counter()
+    try:
+        engine = Engine(prep.allocator, prep.executor, sched_cfg, max_steps=eng.get("max_steps"),
+                        progress=progress.update_to if progress else None,
+                        memmap_every=int(eng.get("memmap_every") or 0),
+                        scheduler_cls=scheduler_class(_scheduling(cfg), str(eng.get("batching", "continuous"))),
+                        max_concurrency=cfg.workload.get("max_concurrency"))
+        out = engine.run(requests)
+    finally:
+        if progress:
+            progress.close()
+    summary = _identity(cfg, prep, run_id) | out.summary | _serving(cfg, out) | _extras(cfg, prep, out)
+    summary["granularity"] = granularity(summary)
+    summary["wall_s"] = time.perf_counter() - wall0
+    summary |= provenance()
+    run_dir = Path(run_dir) if run_dir is not None else Path(cfg.results_dir) / "runs" / str(cfg.experiment_name) / run_id
+    index = Path(cfg.results_dir) / "index.jsonl"
+    if out.memmap is not None:
+        _save_npz(run_dir / "memmap.npz", out.memmap)
+    with signals.held():
+        write_run(run_dir, summary, out.steps, out.requests, index)
+    if logger is not None:
+        _log(logger, summary, out, run_dir)
+    return summary
+
+
+def _length_stats(requests) -> dict:
+    """Mean and median prompt and output lengths of the stream, printed next to each study."""
+    if not requests:
+        return {}
+    prompt = np.array([r.prompt_len for r in requests])
+    output = np.array([r.output_len for r in requests])
+    return {"mean_prompt_len": float(prompt.mean()), "median_prompt_len": float(np.median(prompt)),
+            "mean_output_len": float(output.mean()), "median_output_len": float(np.median(output))}
+
+
+def _trace_stats(workload) -> dict:
+    """Arrival burstiness of the stream, and what a replayed trace did with its data."""
+    meta = workload.meta
+    return {"arrival_cv": interarrival_cv([r.arrival_s for r in workload.requests]),
+            "trace_reuse_ceiling": meta.get("trace_reuse_ceiling"),  # hashed traces: an infinite cache's hit rate
+            "overlong": meta.get("overlong"),  # replayed traces: refuse | clip requests longer than the model
+            "num_refused_overlong": meta.get("num_refused_overlong"),
+            "time_scale": meta.get("time_scale")}
+
+
+def _scheduling(cfg: DictConfig) -> str:
+    system = cfg.get("system")
+    return str(system.get("scheduling", "mixed")) if system is not None else "mixed"
+
+
+def _stop_token_ids(cfg: DictConfig, prep: Prepared) -> tuple[int, ...]:
+    """EOS ids that end a sample: none unless workload.ignore_eos=false on hf. On sim no token is
+    ever EOS: a workload's output length (ShareGPT's and Alpaca's are real replies, already ended
+    by EOS) is where each sample stops, so ignore_eos changes nothing there."""
+    ignore = cfg.workload.get("ignore_eos", True)
+    if not isinstance(ignore, bool):
+        raise ConfigError(f"workload.ignore_eos must be true or false; got {ignore!r}")
+    if ignore or cfg.backend.name != "hf":
+        return ()
+    if int(cfg.workload.get("beam_width", 1)) > 1:
+        raise ConfigError("workload.ignore_eos=false is not supported with beam search (beam_width > 1): "
+                          "beams run to the output length")
+    ids = prep.executor.stop_token_ids(cfg.model)
+    if not ids:
+        raise ConfigError(f"workload.ignore_eos=false but model {cfg.model.name} names no EOS token "
+                          "(set model.eos_token_id; dummy weights have none)")
+    return ids
+
+
+def _serving(cfg: DictConfig, out) -> dict:
+    """vLLM's serving metrics at the configured percentiles and goodput SLOs."""
+    metrics = cfg.get("metrics") or {}
+    return serving_metrics(out.requests, out.summary["duration_s"],
+                           percentiles=parse_percentiles(metrics.get("percentiles")),
+                           goodput=parse_goodput(metrics.get("goodput")))
+
+
+def _extras(cfg: DictConfig, prep: Prepared, out) -> dict:
+    """Knobs and timing splits beyond the design's columns, for the studies and figures."""
+    wl, eng = cfg.workload, cfg.engine
+    steps, reqs = out.steps, out.requests
+    done = reqs[reqs["status"] == "finished"] if len(reqs) else reqs
+    # tokens the engine generated: every sample and every beam runs to the output length
+    generated = float((done["output_len"] * done[["n", "beam_width"]].max(axis=1)).sum()) if len(done) else 0.0
+    extras = {
+        **_length_stats(prep.workload.requests),
+        "max_concurrency": wl.get("max_concurrency"),
+        "burstiness": float(wl.get("burstiness", 1.0)),
+        "n": int(wl.get("n", 1)),
+        "beam_width": int(wl.get("beam_width", 1)),
+        "ignore_eos": bool(wl.get("ignore_eos", True)),
+        "prefix_len": int(wl.prefix_len) if wl.get("prefix_len") is not None else None,
+        "preemption": str(eng.preemption),
+        "chunked_prefill": bool(eng.chunked_prefill),
+        "system": str(cfg.system.name) if cfg.get("system") is not None else None,
+        "scheduling": _scheduling(cfg),
+        "batching": str(eng.get("batching", "continuous")),
+        "baseline": cfg.get("baseline"),
+        "max_num_batched_tokens": int(eng.max_num_batched_tokens),
+        "attention": getattr(getattr(prep.executor, "ops", None), "name", None),  # resolved (hf only)
+        "gpu_count": int(cfg.gpu.get("count", 1)) if cfg.backend.name == "sim" else None,
+        # step times: measured (wall) or the cost model's (virtual; always so on sim)
+        "clock": str(eng.get("clock", "wall")) if cfg.backend.name == "hf" else "virtual",
+        "num_clipped": prep.workload.meta.get("clipped_to_context"),  # requests cut to fit the model
+        "workload_pool": prep.workload.meta.get("pairs_after_filter"),  # distinct pairs drawn from (data)
+        **_trace_stats(prep.workload),
+        "num_steps": len(steps),
+        "swap_out_slots": out.swap_out_slots,  # K/V slots copied to / from the host pool
+        "swap_in_slots": out.swap_in_slots,
+        "mean_step_s": float(steps["step_s"].mean()) if len(steps) else None,
+        "page_bytes": cfg.allocator.get("page_bytes"),
+    }
+    stats = prep.allocator.stats()  # strategy counters over the run (None where they do not apply)
+    for key in ("tokens_per_page", "page_maps", "page_unmaps", "evictions", "prefix_token_hit_rate",
+                "window_freed_slots"):
+        extras[key] = stats.get(key)
+    for key in ("attention_s", "forward_s", "sampling_s", "copy_s", "swap_s", "schedule_s"):
+        total = float(steps[key].sum()) if key in steps and len(steps) else float("nan")
+        extras[f"{key}_per_token"] = total / generated if generated and total == total else None
+    return extras
+
+
+def _save_npz(path: Path, arrays: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp.npz")
+    np.savez_compressed(tmp, **arrays)
+    os.replace(tmp, path)
+
+
+def _log(logger, summary: dict, out, run_dir: Path) -> None:
+    from kvbench.run.run_figures import memory_over_time  # start-up time: matplotlib, only with a logger
+
+    for row in out.steps.to_dict("records"):
+        logger.log_step(int(row["step"]), row)
+    logger.log_summary(summary)
+    logger.log_requests(out.requests)
+    logger.log_figures([memory_over_time(out.steps, run_dir / "figures" / "memory_over_time.png",
+                                         title=f"{summary['allocator_label']} / {summary['workload']}")])

@@ -1,0 +1,159 @@
+"""The pre-check: compose and check every job of the command line before Hydra writes anything
+(one line and exit 2 on bad input); ``check_job`` is also each job's own check."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from hydra import compose, initialize_config_dir
+from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+from hydra._internal.utils import get_args_parser
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import ValueType
+from hydra.errors import HydraException
+from omegaconf import DictConfig
+
+from kvbench.config.errors import CONF_DIR, ConfigError
+from kvbench.config.compose import validate
+from kvbench.config.knob_types import check_knob_types, group_overrides
+from kvbench.config.sweeper_checks import check_launch, check_objective
+from kvbench.config.validate import check_activation, check_dataset, check_servable
+from kvbench.geometry import KVGeometry
+from kvbench.results.resultsdir import check_results_dir
+from kvbench.run import ids  # noqa: F401  (registers ${kvbench_id:...}, which the run dirs use)
+from kvbench.run.prepare import _allocator, _errors, _kv_bytes, _workload
+from kvbench.run.rundir import KEEP_ENV, check_output_dirs, keep_dir_for
+
+
+# -- command line ------------------------------------------------------------------------------
+def _split_argv(argv: list[str]) -> tuple[list[str], bool, bool]:
+    """Overrides, whether it is a multirun, and whether to skip the pre-check (help, --cfg, --info:
+    nothing runs). Hydra's own parser reads the flags, abbreviations (``--multir``) included; a
+    flag it refuses raises ConfigError."""
+    if any(a.startswith("--v") and "--version".startswith(a.split("=", 1)[0]) for a in argv):
+        return [], False, True
+    parser = get_args_parser()
+
+    def refuse(message: str) -> None:
+        raise ConfigError(f"command line: {message}")
+
+    parser.error = refuse  # type: ignore[method-assign]
+    args = parser.parse_args(argv)
+    skip = bool(args.help or args.hydra_help or args.cfg or args.info or args.shell_completion
+                or args.experimental_rerun)
+    return list(args.overrides), bool(args.multirun), skip
+
+
+def _job_overrides(overrides: list[str], multirun: bool) -> list[list[str]]:
+    if not multirun:
+        return [overrides]
+    # the basic sweeper's own expansion for what it can expand; an interval (Optuna, Ax,
+    # Nevergrad) is left to the sweeper and each of its jobs validates itself before it runs
+    expandable = (ValueType.SIMPLE_CHOICE_SWEEP, ValueType.CHOICE_SWEEP, ValueType.GLOB_CHOICE_SWEEP,
+                  ValueType.RANGE_SWEEP)
+    parsed = [o for o in OverridesParser.create().parse_overrides(overrides)
+              if not o.is_sweep_override() or o.value_type in expandable]
+    jobs = [job for batch in BasicSweeper.split_arguments(parsed, None) for job in batch]
+    return jobs or [[]]
+
+
+def check_job(cfg: DictConfig) -> None:
+    """Every check of one composed job that needs no model weights: raises a kvbench error."""
+    validate(cfg)
+    check_results_dir(Path(cfg.results_dir))
+    if cfg.backend.name == "sim":
+        _allocator(cfg, KVGeometry.from_model_cfg(cfg.model), _kv_bytes(cfg)[0])
+    else:
+        _check_hf(cfg)
+    check_activation(cfg)
+    workload = _workload(cfg)
+    check_dataset(cfg, workload)
+    check_servable(cfg, workload.requests)
+
+
+def check_composed(cfg: DictConfig, base: DictConfig) -> None:
+    """One job's checks: every knob keeps the kind of its default in ``base`` (the job's group
+    choices alone, ``kvbench.config.knob_types``), then ``check_job``."""
+    check_knob_types(cfg, base)
+    check_objective(cfg, required=False)
+    check_job(cfg)
+
+
+def _check_hf(cfg: DictConfig) -> None:
+    """The hf backend's device, attention path and explicit KV size, before any model is built."""
+    from kvbench.executors.hf import resolve_device  # start-up time: torch and transformers, hf only
+    from kvbench.hf.model import FAMILIES  # start-up time: as above
+
+    if cfg.model.family not in FAMILIES:
+        raise ConfigError(f"model.family must be one of {', '.join(FAMILIES)} on backend=hf; got {cfg.model.family!r}")
+    device = resolve_device(cfg.engine.device)
+    if cfg.engine.attention == "triton" and device == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
+        raise ConfigError("engine.attention=triton needs a CUDA device (or TRITON_INTERPRET=1 on the CPU); "
+                          "use auto or torch")
+    kv = cfg.engine.kv_cache_bytes
+    if kv is not None and device == "cpu":
+        ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        if kv > ram:
+            raise ConfigError(f"engine.kv_cache_bytes: {kv:.4g} bytes is more than this machine's memory "
+                              f"({ram / 2**30:.1f} GiB)")
+    if kv is not None:
+        _allocator(cfg, KVGeometry.from_model_cfg(cfg.model), int(kv))
+
+
+def precheck(argv: list[str]) -> str | None:
+    """Compose and validate every job of the command line; the one-line error, or None."""
+    try:
+        overrides, multirun, skip = _split_argv(argv)
+        if skip:
+            return None
+        jobs = _job_overrides(overrides, multirun)
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+            bases: dict[tuple[str, ...], DictConfig] = {}
+            for num, job in enumerate(jobs):
+                plain = [o for o in job if not o.lstrip("+~").startswith("hydra")]
+                cfg = compose(config_name="config", overrides=plain)
+                groups = tuple(group_overrides(plain))
+                if groups not in bases:
+                    bases[groups] = compose(config_name="config", overrides=list(groups))
+                check_composed(cfg, bases[groups])
+                if num == 0:
+                    check_launch(compose, overrides, job, multirun)
+            _plan_output_dirs(jobs, multirun)
+    except _errors() as exc:
+        return str(exc).splitlines()[0] if str(exc).strip() else type(exc).__name__
+    except (HydraException, ValueError) as exc:
+        lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip() and not ln.startswith("To append")]
+        cause = exc.__cause__
+        msg = lines[0].rstrip(".") if lines else type(exc).__name__
+        if len(lines) > 1 and lines[1].startswith("Available options"):
+            options = [ln for ln in lines[2:] if not ln.startswith(("Config search path", "provider="))]
+            msg += f"; {lines[1].rstrip(':').lower()}: {', '.join(options)}"
+        if cause is not None and str(cause).splitlines():
+            msg += ": " + str(cause).splitlines()[0]
+        return msg
+    except Exception as exc:  # a check that broke on a value no class foresaw: still one line
+        text = str(exc).strip().splitlines()
+        return f"the config could not be checked ({type(exc).__name__}: {text[0] if text else 'no detail'})"
+    return None
+
+
+_OUTPUT_KEYS = ("hydra.run.dir", "hydra.sweep.dir", "hydra.sweep.subdir")
+
+
+def _plan_output_dirs(jobs: list[list[str]], multirun: bool) -> None:
+    """Check every job's run (or sweep) dir before Hydra writes anything; note the folder that
+    cleanup must never remove (``KVBENCH_KEEP_DIR``, the deepest one that exists now)."""
+    seen: dict[tuple[str, ...], Path] = {}
+    for job in jobs:
+        path_keys = tuple(o for o in job if o.lstrip("+~").split("=", 1)[0] in
+                          (*_OUTPUT_KEYS, "results_dir", "experiment_name", "experiment"))
+        if path_keys not in seen:
+            cfg = compose(config_name="config", overrides=[o for o in job if not o.startswith("hydra")
+                                                           or o.split("=", 1)[0] in _OUTPUT_KEYS],
+                          return_hydra_config=True)
+            seen[path_keys] = check_output_dirs(cfg, multirun)
+    PLANNED.update(dirs=list(seen.values()), multirun=multirun)
+    os.environ[KEEP_ENV] = str(keep_dir_for(PLANNED["dirs"][0]))
+
+
+PLANNED: dict = {}  # the run dirs (single run) or sweep dirs that the pre-check checked, and the mode

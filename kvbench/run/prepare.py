@@ -1,0 +1,129 @@
+"""Everything a run needs, built and checked from the composed config: the pool size and the
+allocator, the workload, the executor (``prepare``); a bad value raises a kvbench error."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from omegaconf import DictConfig, OmegaConf
+
+from allocators import AllocatorError, build as build_allocator
+from kvbench.config.errors import ConfigError
+from kvbench.config.compose import validate
+from kvbench.geometry import KVGeometry
+from kvbench.peers import PEERS, build_peer
+from kvbench.workloads import WorkloadError, build_workload
+
+KVBENCH_ERRORS: tuple[type[Exception], ...] = (ConfigError, AllocatorError)
+
+
+def _errors() -> tuple[type[Exception], ...]:
+    return KVBENCH_ERRORS + (WorkloadError,)
+
+
+@dataclass
+class Prepared:
+    geometry: KVGeometry
+    kv_bytes: int
+    num_slots: int
+    allocator: object
+    workload: object
+    executor: object
+    device: str
+    gpu_profile: str | None
+
+
+def _kv_bytes(cfg: DictConfig) -> tuple[int, str, str | None]:
+    """KV memory in bytes, the device, and the GPU profile name (sim) for this run."""
+    eng = cfg.engine
+    if cfg.backend.name == "sim":
+        from kvbench.sim.cost_model import kv_cache_bytes  # start-up time: the cost model's tables
+
+        if eng.kv_cache_bytes is not None:
+            kv = int(eng.kv_cache_bytes)
+        else:
+            try:
+                kv = int(kv_cache_bytes(cfg.model, cfg.gpu, eng.gpu_memory_utilization))
+            except ValueError as exc:
+                raise ConfigError(f"model {cfg.model.name} on gpu {cfg.gpu.name}: {exc}") from None
+        return kv, "sim", str(cfg.gpu.name)
+    from kvbench.executors.hf import resolve_device, default_kv_cache_bytes  # start-up time: torch, hf only
+
+    device = resolve_device(eng.device)
+    kv = int(eng.kv_cache_bytes) if eng.kv_cache_bytes is not None else int(default_kv_cache_bytes(cfg, device))
+    return kv, device, None
+
+
+def _allocator(cfg: DictConfig, geometry: KVGeometry, kv_bytes: int):
+    """The run's pool size in slots (a whole number of blocks) and its allocator."""
+    block_size = cfg.allocator.get("block_size") or 1
+    num_slots = geometry.slots_for(kv_bytes)
+    if isinstance(block_size, int) and block_size > 0:
+        if num_slots < block_size:
+            raise ConfigError(f"engine.kv_cache_bytes: {kv_bytes} bytes hold {num_slots} slots of {cfg.model.name} "
+                              f"({geometry.bytes_per_slot} bytes each), less than one block of {block_size}")
+        num_slots = num_slots // block_size * block_size
+    knobs = {k: v for k, v in OmegaConf.to_container(cfg.allocator).items() if k != "name" and v is not None}
+    if cfg.allocator.name in ("contiguous", "buddy"):
+        knobs.setdefault("max_model_len", int(cfg.model.max_model_len))
+    if cfg.allocator.name == "vattention":  # one token of one layer's K (or V) tensor
+        knobs.setdefault("token_bytes", geometry.num_kv_heads * geometry.head_size * geometry.dtype_bytes)
+    if cfg.allocator.name == "paged_window":
+        _window_knob(cfg, geometry, knobs)
+    build = build_peer if cfg.allocator.name in PEERS else build_allocator
+    try:
+        allocator = build(cfg.allocator.name, num_slots, debug=bool(cfg.engine.debug), **knobs)
+    except AllocatorError as exc:
+        raise ConfigError(f"allocator ({cfg.allocator.name}): {exc}") from None
+    return num_slots, allocator
+
+
+def _window_knob(cfg: DictConfig, geometry: KVGeometry, knobs: dict) -> None:
+    """paged_window: the window defaults to the model's (every layer must slide); sim only,
+    recompute preemption only (swap and the hf attention read every block-table entry)."""
+    if cfg.backend.name != "sim":
+        raise ConfigError("allocator paged_window runs on backend=sim only (the hf attention reads dropped blocks)")
+    if str(cfg.engine.preemption) != "recompute":
+        raise ConfigError("allocator paged_window needs engine.preemption=recompute (swap copies dropped blocks)")
+    if "window" not in knobs:
+        if geometry.max_window is None:
+            raise ConfigError(f"allocator paged_window: model {cfg.model.name} does not slide on every layer; "
+                              "set allocator.window explicitly")
+        knobs["window"] = geometry.max_window
+
+
+def prepare(cfg: DictConfig) -> Prepared:
+    """Everything a run needs, built and checked; raises a kvbench error on bad input."""
+    validate(cfg)
+    geometry = KVGeometry.from_model_cfg(cfg.model)
+    kv_bytes, device, gpu_profile = _kv_bytes(cfg)
+    num_slots, allocator = _allocator(cfg, geometry, kv_bytes)
+    workload = _workload(cfg)
+    if cfg.backend.name == "sim":
+        from kvbench.executors.sim import SimExecutor  # start-up time: sim only
+
+        executor = SimExecutor(cfg.model, cfg.gpu, seed=int(cfg.seed), system_cfg=cfg.get("system"))
+    else:
+        from kvbench.executors.hf import HFExecutor  # start-up time: torch, hf only
+
+        executor = HFExecutor(cfg.model, cfg.engine, num_slots=num_slots, block_size=allocator.block_size,
+                              device=device, seed=int(cfg.seed), backend_cfg=cfg.backend, gpu_cfg=cfg.gpu,
+                              system_cfg=cfg.get("system"))
+        if executor.cost is not None:
+            gpu_profile = str(cfg.gpu.name)  # the profile that times the steps
+    return Prepared(geometry, num_slots * geometry.bytes_per_slot, num_slots, allocator, workload,
+                    executor, device, gpu_profile)
+
+
+_WORKLOADS: dict[str, object] = {}  # built by the pre-check, reused by the run in the same process
+
+
+def _workload(cfg: DictConfig):
+    """The run's request stream; built once per process for the same workload and model limits."""
+    key = repr((OmegaConf.to_container(cfg.workload, resolve=True), int(cfg.model.vocab_size),
+                int(cfg.model.max_model_len), cfg.model.get("tokenizer")))
+    if key not in _WORKLOADS:
+        _WORKLOADS.clear()
+        _WORKLOADS[key] = build_workload(cfg.workload, vocab_size=int(cfg.model.vocab_size),
+                                         max_model_len=int(cfg.model.max_model_len),
+                                         tokenizer_name=cfg.model.get("tokenizer"))
+    return _WORKLOADS[key]
