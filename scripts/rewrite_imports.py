@@ -70,6 +70,10 @@ for _module, _names in INTERIM.items():
             "kvbench.results.reindex": "kvbench.reindex"}[_module]
     for _name in _names:
         SYMBOLS[(_module, _name)] = SYMBOLS[(_old, _name)]
+# names moved out of modules that themselves stay (the hf/attention <-> hf/features circle)
+STAYING = {("kvbench.hf.features", "probe_layers"): "kvbench.hf.probe",
+           ("kvbench.hf.features", "_check_token_independence"): "kvbench.hf.probe"}
+SYMBOLS.update(STAYING)
 # kvbench.app: what stays in the thin entry module; every other name went into kvbench/run/
 APP_KEEPS = {"main"}
 APP_SYMBOLS: dict[str, str] = {}
@@ -99,7 +103,7 @@ PACKAGES = {"kvbench.config", "kvbench.results"}  # old modules whose names are 
 # were also functions of the old modules: in ``from kvbench.results import compare`` they are the function)
 NEW_ONLY = NEW_SUBMODULES - {"validate", "compare", "reindex"}
 SUFFIXES = {".py", ".md", ".yaml", ".yml", ".toml", ".sh", ".cfg", ".txt"}
-OLD = sorted({*MODULES, "kvbench.app", *INTERIM}, key=len, reverse=True)
+OLD = sorted({*MODULES, "kvbench.app", *INTERIM, *(m for m, _ in STAYING)}, key=len, reverse=True)
 _OLD_RE = "|".join(re.escape(m) for m in OLD)
 
 

@@ -42,7 +42,8 @@ from kvbench.batch import StepBatch, StepResult
 from kvbench.config.errors import ConfigError
 from kvbench.geometry import KVGeometry
 from kvbench.hf.attention import LayerTimer, StepAttention, register, step_attention
-from kvbench.hf.features import check_shapes, check_windows, probe_layers
+from kvbench.hf.features import check_shapes, check_windows
+from kvbench.hf.probe import probe_layers
 from kvbench.hf.model import DTYPES, build_model
 from kvbench.hf.pool import KVPool
 from kvbench.hf.sampling import Sampler, SamplingParams

@@ -13,7 +13,7 @@ the registry has no mask function for this name, so transformers builds no atten
 
 Each call's features (scale, per-layer sliding window, logit soft-cap) are read by
 ``kvbench.hf.features.read_layer``, which refuses anything else; with an ``AttentionProbe``
-installed instead of a step, the hook only records them (``features.probe_layers``).
+installed instead of a step, the hook only records them (``probe.probe_layers``).
 """
 from __future__ import annotations
 

@@ -1,0 +1,100 @@
+"""The project's modules import each other without a circle, function-local imports included,
+and kvbench/ keeps at most 8 top-level modules besides its subpackages (docs/architecture.md)."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("kvbench", "allocators", "kernels", "paper_figs")
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _modules() -> dict[str, Path]:
+    return {_module_name(p): p for pkg in PACKAGES for p in sorted((ROOT / pkg).rglob("*.py"))}
+
+
+def _imported(node: ast.AST, here: str, is_package: bool, known: dict[str, Path]) -> list[str]:
+    """The project modules an import statement loads (a ``from X import name`` of a submodule: that one)."""
+    if isinstance(node, ast.Import):
+        names = [alias.name for alias in node.names]
+    else:
+        base = node.module or ""
+        if node.level:
+            package = here if is_package else here.rsplit(".", 1)[0]
+            for _ in range(node.level - 1):
+                package = package.rsplit(".", 1)[0]
+            base = f"{package}.{base}" if base else package
+        names = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in known else base for alias in node.names]
+    out = []
+    for name in names:
+        while name and name not in known:
+            name = name.rpartition(".")[0]
+        if name:
+            out.append(name)
+    return out
+
+
+def import_graph() -> dict[str, set[str]]:
+    known = _modules()
+    graph: dict[str, set[str]] = {}
+    for name, path in known.items():
+        tree = ast.parse(path.read_text(), filename=str(path))
+        edges = graph.setdefault(name, set())
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                edges.update(m for m in _imported(node, name, path.name == "__init__.py", known) if m != name)
+    return graph
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import circle as a list of modules (first == last), or None. A package's import of its
+    own parent package is left out: loading a submodule loads its package first in any case."""
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if node.startswith(nxt + "."):
+                continue
+            if state.get(nxt) == 1:
+                return stack[stack.index(nxt):] + [nxt]
+            if nxt not in state:
+                found = visit(nxt)
+                if found:
+                    return found
+        stack.pop()
+        state[node] = 2
+        return None
+
+    for start in sorted(graph):
+        if start not in state:
+            found = visit(start)
+            if found:
+                return found
+    return None
+
+
+def test_no_import_circle_anywhere():
+    cycle = find_cycle(import_graph())
+    assert cycle is None, "import circle: " + " -> ".join(cycle)
+
+
+def test_the_walk_finds_a_circle_when_there_is_one():
+    graph = import_graph()
+    graph["kvbench.results.store"].add("kvbench.results.reindex")  # the circle this layout broke
+    assert find_cycle(graph) is not None
+    assert "kvbench.config.compose" in graph["kvbench.run.prepare"]  # edges are read, not guessed
+
+
+def test_kvbench_keeps_at_most_eight_top_level_modules():
+    modules = sorted(p.name for p in (ROOT / "kvbench").glob("*.py") if p.name != "__init__.py")
+    assert len(modules) <= 8, modules
