@@ -107,11 +107,10 @@ def _cfg(*overrides):
 
 
 def test_the_window_defaults_to_the_models():
-    from kvbench.run.prepare import _allocator
-    from kvbench.geometry import KVGeometry
+    from kvbench.run.prepare import _allocator, run_spec
 
     cfg = _cfg("model=phi-3-mini")
-    _, alloc = _allocator(cfg, KVGeometry.from_model_cfg(cfg.model), 10**9)
+    alloc = _allocator(cfg, run_spec(cfg, kv_bytes=10**9))
     assert alloc.window == 2047
 
 
@@ -121,19 +120,17 @@ def test_the_window_defaults_to_the_models():
     (["model=phi-3-mini", "engine.preemption=swap"], "preemption=recompute"),
 ])
 def test_refusals_are_one_clear_config_error(overrides, message):
-    from kvbench.run.prepare import _allocator
+    from kvbench.run.prepare import _allocator, run_spec
     from kvbench.config.errors import ConfigError
-    from kvbench.geometry import KVGeometry
 
     cfg = _cfg(*overrides)
     with pytest.raises(ConfigError, match=message):
-        _allocator(cfg, KVGeometry.from_model_cfg(cfg.model), 10**9)
+        _allocator(cfg, run_spec(cfg, kv_bytes=10**9))
 
 
 def test_an_explicit_window_is_taken_for_any_model():
-    from kvbench.run.prepare import _allocator
-    from kvbench.geometry import KVGeometry
+    from kvbench.run.prepare import _allocator, run_spec
 
     cfg = _cfg("model=llama-7b", "allocator.window=512")
-    _, alloc = _allocator(cfg, KVGeometry.from_model_cfg(cfg.model), 10**9)
+    alloc = _allocator(cfg, run_spec(cfg, kv_bytes=10**9))
     assert alloc.window == 512

@@ -69,14 +69,14 @@ def resolve_device(device: str = "auto") -> str:
     return device
 
 
-def default_kv_cache_bytes(cfg, device: str) -> int:
+def default_kv_cache_bytes(cfg, device: str, geometry: KVGeometry | None = None) -> int:
     """KV bytes when engine.kv_cache_bytes is null.
 
     CUDA: engine.kv_cache_fraction of (free device memory - the model's weights, which are not
     loaded yet - CUDA_RESERVED_BYTES). CPU: CPU_DEFAULT_KV_BYTES, capped by what the engine can
     ever use (max_num_seqs sequences of max_model_len tokens).
     """
-    geometry = KVGeometry.from_model_cfg(cfg.model)
+    geometry = geometry or KVGeometry.from_model_cfg(cfg.model)  # a run passes its spec's
     most_useful = geometry.bytes_per_slot * int(cfg.model.max_model_len) * int(cfg.engine.max_num_seqs)
     if device == "cuda":
         free, _ = torch.cuda.mem_get_info()
@@ -116,14 +116,15 @@ class HFExecutor:
     needs_block_tables = True
 
     def __init__(self, model_cfg, engine_cfg, *, num_slots: int, block_size: int, device: str = "auto",
-                 seed: int = 0, backend_cfg=None, model=None, gpu_cfg=None, system_cfg=None) -> None:
+                 seed: int = 0, backend_cfg=None, model=None, gpu_cfg=None, system_cfg=None,
+                 geometry: KVGeometry | None = None) -> None:
         self.device = resolve_device(device)
         self.cost = virtual_clock(model_cfg, engine_cfg, gpu_cfg, system_cfg)
         self.cuda = self.device == "cuda"
         threads = engine_cfg.get("threads") if engine_cfg is not None else None
         if threads and not self.cuda:
             torch.set_num_threads(int(threads))
-        geometry = KVGeometry.from_model_cfg(model_cfg)
+        geometry = geometry or KVGeometry.from_model_cfg(model_cfg)  # a run passes its spec's
         if num_slots < block_size or num_slots < 1:
             raise ConfigError(
                 f"model {model_cfg.name}: the KV pool holds {num_slots} slots ({geometry.bytes_per_slot} bytes each), "

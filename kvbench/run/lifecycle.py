@@ -52,15 +52,7 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None, logger=None, run_id:
     requests = prep.workload.requests
     run_id = run_id or new_run_id()
     eng = cfg.engine
-    sched_cfg = SchedulerConfig(
-        max_num_batched_tokens=int(eng.max_num_batched_tokens),
-        max_num_seqs=int(eng.max_num_seqs),
-        chunked_prefill=bool(eng.chunked_prefill),
-        preemption=str(eng.preemption),
-        swap_slots=int(float(eng.swap_space_bytes or 0) // prep.geometry.bytes_per_slot),
-        max_model_len=int(cfg.model.max_model_len),
-        stop_token_ids=_stop_token_ids(cfg, prep),
-    )
+    sched_cfg = SchedulerConfig(**vars(prep.spec.scheduler), stop_token_ids=_stop_token_ids(cfg, prep))
     progress = _progress_bar(cfg, len(requests), _job_label(cfg))
     wall0 = time.perf_counter()
     try:

@@ -18,10 +18,9 @@ from kvbench.config.compose import validate
 from kvbench.config.knob_types import check_knob_types, group_overrides
 from kvbench.config.sweeper_checks import check_launch, check_objective
 from kvbench.config.validate import check_activation, check_dataset, check_servable
-from kvbench.geometry import KVGeometry
 from kvbench.results.resultsdir import check_results_dir
 from kvbench.run import ids  # noqa: F401  (registers ${kvbench_id:...}, which the run dirs use)
-from kvbench.run.prepare import _allocator, _errors, _kv_bytes, _workload
+from kvbench.run.prepare import _allocator, _errors, _workload, run_spec
 from kvbench.run.rundir import KEEP_ENV, check_output_dirs, keep_dir_for
 
 
@@ -62,7 +61,7 @@ def check_job(cfg: DictConfig) -> None:
     validate(cfg)
     check_results_dir(Path(cfg.results_dir))
     if cfg.backend.name == "sim":
-        _allocator(cfg, KVGeometry.from_model_cfg(cfg.model), _kv_bytes(cfg)[0])
+        _allocator(cfg, run_spec(cfg))
     else:
         _check_hf(cfg)
     check_activation(cfg)
@@ -97,7 +96,7 @@ def _check_hf(cfg: DictConfig) -> None:
             raise ConfigError(f"engine.kv_cache_bytes: {kv:.4g} bytes is more than this machine's memory "
                               f"({ram / 2**30:.1f} GiB)")
     if kv is not None:
-        _allocator(cfg, KVGeometry.from_model_cfg(cfg.model), int(kv))
+        _allocator(cfg, run_spec(cfg, kv_bytes=int(kv)))
 
 
 def precheck(argv: list[str]) -> str | None:

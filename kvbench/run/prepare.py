@@ -9,6 +9,7 @@ from omegaconf import DictConfig, OmegaConf
 from allocators import AllocatorError, build as build_allocator
 from kvbench.config.errors import ConfigError
 from kvbench.config.compose import validate
+from kvbench.config.spec import RunSpec, pool_slots, scheduler_limits
 from kvbench.geometry import KVGeometry
 from kvbench.peers import PEERS, build_peer
 from kvbench.workloads import WorkloadError, build_workload
@@ -22,6 +23,7 @@ def _errors() -> tuple[type[Exception], ...]:
 
 @dataclass
 class Prepared:
+    spec: RunSpec
     geometry: KVGeometry
     kv_bytes: int
     num_slots: int
@@ -32,7 +34,7 @@ class Prepared:
     gpu_profile: str | None
 
 
-def _kv_bytes(cfg: DictConfig) -> tuple[int, str, str | None]:
+def _kv_bytes(cfg: DictConfig, geometry: KVGeometry) -> tuple[int, str, str | None]:
     """KV memory in bytes, the device, and the GPU profile name (sim) for this run."""
     eng = cfg.engine
     if cfg.backend.name == "sim":
@@ -49,19 +51,25 @@ def _kv_bytes(cfg: DictConfig) -> tuple[int, str, str | None]:
     from kvbench.executors.hf import resolve_device, default_kv_cache_bytes  # start-up time: torch, hf only
 
     device = resolve_device(eng.device)
-    kv = int(eng.kv_cache_bytes) if eng.kv_cache_bytes is not None else int(default_kv_cache_bytes(cfg, device))
+    kv = (int(eng.kv_cache_bytes) if eng.kv_cache_bytes is not None
+          else int(default_kv_cache_bytes(cfg, device, geometry=geometry)))
     return kv, device, None
 
 
-def _allocator(cfg: DictConfig, geometry: KVGeometry, kv_bytes: int):
-    """The run's pool size in slots (a whole number of blocks) and its allocator."""
-    block_size = cfg.allocator.get("block_size") or 1
-    num_slots = geometry.slots_for(kv_bytes)
-    if isinstance(block_size, int) and block_size > 0:
-        if num_slots < block_size:
-            raise ConfigError(f"engine.kv_cache_bytes: {kv_bytes} bytes hold {num_slots} slots of {cfg.model.name} "
-                              f"({geometry.bytes_per_slot} bytes each), less than one block of {block_size}")
-        num_slots = num_slots // block_size * block_size
+def run_spec(cfg: DictConfig, kv_bytes: int | None = None) -> RunSpec:
+    """The run spec of a composed config: the one place that derives the model's KV geometry and
+    the pool size (``kv_bytes`` replaces the configured or default KV memory, for checks)."""
+    geometry = KVGeometry.from_model_cfg(cfg.model)
+    kv, device, gpu_profile = _kv_bytes(cfg, geometry)
+    block_size = cfg.allocator.get("block_size")
+    return RunSpec(geometry=geometry, num_slots=pool_slots(cfg, geometry, kv if kv_bytes is None else kv_bytes),
+                   block_size=int(block_size) if block_size is not None else None,
+                   scheduler=scheduler_limits(cfg, geometry), device=device, gpu_profile=gpu_profile)
+
+
+def _allocator(cfg: DictConfig, spec: RunSpec):
+    """The run's allocator over the spec's pool."""
+    geometry = spec.geometry
     knobs = {k: v for k, v in OmegaConf.to_container(cfg.allocator).items() if k != "name" and v is not None}
     if cfg.allocator.name in ("contiguous", "buddy"):
         knobs.setdefault("max_model_len", int(cfg.model.max_model_len))
@@ -71,10 +79,9 @@ def _allocator(cfg: DictConfig, geometry: KVGeometry, kv_bytes: int):
         _window_knob(cfg, geometry, knobs)
     build = build_peer if cfg.allocator.name in PEERS else build_allocator
     try:
-        allocator = build(cfg.allocator.name, num_slots, debug=bool(cfg.engine.debug), **knobs)
+        return build(cfg.allocator.name, spec.num_slots, debug=bool(cfg.engine.debug), **knobs)
     except AllocatorError as exc:
         raise ConfigError(f"allocator ({cfg.allocator.name}): {exc}") from None
-    return num_slots, allocator
 
 
 def _window_knob(cfg: DictConfig, geometry: KVGeometry, knobs: dict) -> None:
@@ -94,9 +101,9 @@ def _window_knob(cfg: DictConfig, geometry: KVGeometry, knobs: dict) -> None:
 def prepare(cfg: DictConfig) -> Prepared:
     """Everything a run needs, built and checked; raises a kvbench error on bad input."""
     validate(cfg)
-    geometry = KVGeometry.from_model_cfg(cfg.model)
-    kv_bytes, device, gpu_profile = _kv_bytes(cfg)
-    num_slots, allocator = _allocator(cfg, geometry, kv_bytes)
+    spec = run_spec(cfg)
+    allocator = _allocator(cfg, spec)
+    gpu_profile = spec.gpu_profile
     workload = _workload(cfg)
     if cfg.backend.name == "sim":
         from kvbench.executors.sim import SimExecutor  # start-up time: sim only
@@ -105,13 +112,13 @@ def prepare(cfg: DictConfig) -> Prepared:
     else:
         from kvbench.executors.hf import HFExecutor  # start-up time: torch, hf only
 
-        executor = HFExecutor(cfg.model, cfg.engine, num_slots=num_slots, block_size=allocator.block_size,
-                              device=device, seed=int(cfg.seed), backend_cfg=cfg.backend, gpu_cfg=cfg.gpu,
-                              system_cfg=cfg.get("system"))
+        executor = HFExecutor(cfg.model, cfg.engine, num_slots=spec.num_slots, block_size=allocator.block_size,
+                              device=spec.device, seed=int(cfg.seed), backend_cfg=cfg.backend, gpu_cfg=cfg.gpu,
+                              system_cfg=cfg.get("system"), geometry=spec.geometry)
         if executor.cost is not None:
             gpu_profile = str(cfg.gpu.name)  # the profile that times the steps
-    return Prepared(geometry, num_slots * geometry.bytes_per_slot, num_slots, allocator, workload,
-                    executor, device, gpu_profile)
+    return Prepared(spec, spec.geometry, spec.kv_bytes, spec.num_slots, allocator, workload, executor,
+                    spec.device, gpu_profile)
 
 
 _WORKLOADS: dict[str, object] = {}  # built by the pre-check, reused by the run in the same process
