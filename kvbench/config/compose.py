@@ -4,9 +4,11 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from allocators import STRATEGIES
 from kvbench.config.errors import ConfigError
 from kvbench.config.validate import check_rules
-
+from kvbench.geometry import layer_windows
+from kvbench.peers import PEERS
 
 
 def _choice(cfg, key: str, value, allowed) -> None:
@@ -39,12 +41,9 @@ def _check_prompt_fits(cfg) -> None:
 
 def validate(cfg) -> None:
     """Cheap checks of every knob the run reads; the allocator and workload check their own."""
-    from allocators import STRATEGIES
-
     _check_paths(cfg)
     check_rules(cfg)
 
-    from kvbench.peers import PEERS
     _choice(cfg, "allocator.name", cfg.allocator.name, sorted(STRATEGIES) + sorted(PEERS))
     _choice(cfg, "backend.name", cfg.backend.name, ("sim", "hf"))
     eng = cfg.engine
@@ -75,8 +74,6 @@ def validate(cfg) -> None:
     for key in ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_size", "vocab_size", "max_model_len"):
         _positive_int(f"model.{key}", model[key])
     _choice(cfg, "model.dtype", model.dtype, ("float32", "float16", "bfloat16"))
-    from kvbench.geometry import layer_windows
-
     try:
         layer_windows(model)
     except ValueError as exc:
@@ -104,7 +101,7 @@ def validate(cfg) -> None:
 
 
 def _check_metrics(cfg) -> None:
-    from kvbench.metrics import MetricsConfigError, parse_goodput, parse_percentiles
+    from kvbench.metrics import MetricsConfigError, parse_goodput, parse_percentiles  # start-up time: pandas
 
     metrics = cfg.get("metrics") or {}
     try:

@@ -22,6 +22,7 @@ from pathlib import Path
 from omegaconf import DictConfig, ListConfig, OmegaConf
 
 from kvbench.config.errors import CONF_DIR, ConfigError
+from kvbench.config.validate import RULES
 
 ABSURD = 1e18  # no knob of a run means anything this large (bytes of a PiB are 1.1e15)
 
@@ -52,7 +53,7 @@ def _group_fields(group: str) -> dict[str, object]:
 
 
 def _gpu_constants() -> dict[str, object]:
-    from kvbench.sim.cost_model import DEFAULTS
+    from kvbench.sim.cost_model import DEFAULTS  # start-up time: the cost model, sim knobs only
 
     return {f"gpu.{key}": value for key, value in DEFAULTS.items()}
 
@@ -117,8 +118,6 @@ def kind_error(key: str, default, value) -> str | None:
 def _lower_bound(key: str) -> str:
     """The knob's lower bound as its rule (``kvbench.config.validate``) states it (``> 0``, ``>= 1``),
     else ``>= 0``."""
-    from kvbench.config.validate import RULES
-
     for rule in RULES:
         if rule.key == key:
             if rule.above is not None and rule.above >= 0:

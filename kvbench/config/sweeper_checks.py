@@ -11,9 +11,13 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.override_parser.types import IntervalSweep
 from omegaconf import DictConfig, OmegaConf
 
 from kvbench.config.errors import ConfigError
+from kvbench.config.knob_types import check_node_kinds, group_overrides
+from kvbench.config.validate import RULES
 
 DIRECTIONS = ("minimize", "maximize")
 
@@ -24,14 +28,10 @@ def _is_optuna(hydra_cfg: DictConfig) -> bool:
 
 def check_launch(compose: Callable, overrides: list[str], first_job: list[str], multirun: bool) -> None:
     """Raise ConfigError for a launcher or sweeper setting that cannot run."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
     parsed = OverridesParser.create().parse_overrides(overrides)
     hydra_overrides = [o.input_line for o in parsed if o.key_or_group.startswith("hydra")]
     plain = [o for o in first_job if not o.lstrip("+~").startswith("hydra")]
     cfg = compose(config_name="config", overrides=plain + hydra_overrides, return_hydra_config=True)
-    from kvbench.config.knob_types import group_overrides
-
     choices = group_overrides(plain) + [o for o in hydra_overrides if o.lstrip("+").startswith("hydra/")]
     _check_plugin_kinds(compose, cfg, choices)
     _check_launcher(cfg.hydra.launcher)
@@ -47,8 +47,6 @@ def check_launch(compose: Callable, overrides: list[str], first_job: list[str], 
 
 def _check_plugin_kinds(compose: Callable, cfg: DictConfig, plugin_choices: list[str]) -> None:
     """The launcher's and sweeper's settings keep the kinds of their defaults; no unknown keys."""
-    from kvbench.config.knob_types import check_node_kinds
-
     base = compose(config_name="config", overrides=plugin_choices, return_hydra_config=True)
     for node in ("launcher", "sweeper"):
         check_node_kinds(cfg.hydra[node], base.hydra[node], f"hydra.{node}.", (f"hydra.{node}.params",))
@@ -61,8 +59,6 @@ def _check_launcher(launcher: DictConfig) -> None:
 
 
 def _is_interval(override) -> bool:
-    from hydra.core.override_parser.types import IntervalSweep
-
     return isinstance(override.value(), IntervalSweep)
 
 
@@ -77,8 +73,6 @@ def _check_optuna(cfg: DictConfig, parsed: list) -> None:
     for item in directions:
         if str(getattr(item, "name", item)) not in DIRECTIONS:
             raise ConfigError(f"hydra.sweeper.direction must be minimize or maximize; got {item!r}")
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
     params = [OverridesParser.create().parse_override(f"{key}={value}")
               for key, value in (sweeper.get("params") or {}).items()]
     for override in params + [o for o in parsed if not o.key_or_group.startswith("hydra")]:
@@ -88,8 +82,6 @@ def _check_optuna(cfg: DictConfig, parsed: list) -> None:
 
 def _check_interval(cfg: DictConfig, override) -> None:
     """An interval is a range of a numeric knob: start < end, both inside the knob's allowed range."""
-    from kvbench.config.validate import RULES
-
     interval = override.value()
     key = override.key_or_group
     start, end = interval.start, interval.end
@@ -119,9 +111,9 @@ NUMERIC_SUMMARY = (
 
 def objective_columns(cfg: DictConfig) -> list[str]:
     """The numeric summary columns this run reports, goodput only with a goodput SLO."""
-    import pandas as pd
+    import pandas as pd  # start-up time: pandas, an objective check only
 
-    from kvbench.metrics import parse_goodput, parse_percentiles, serving_metrics
+    from kvbench.metrics import parse_goodput, parse_percentiles, serving_metrics  # start-up time: as above
 
     metrics = cfg.get("metrics") or {}
     goodput = parse_goodput(metrics.get("goodput"))

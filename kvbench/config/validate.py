@@ -7,10 +7,16 @@ a rule with ``when`` applies only to configs that pass that test (e.g. sim-only 
 from __future__ import annotations
 
 import math
+import netrc
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlparse
 
-from kvbench.config.errors import ConfigError
+from omegaconf import OmegaConf
+
+from kvbench.config.errors import CONF_DIR, ConfigError
 from kvbench.engine.scheduler import beam_limit_error
 
 PIB = 2**50
@@ -184,7 +190,7 @@ def _check_allreduce_table(cfg) -> None:
     """A sim GPU's measured all-reduce table must be one that ships (kvbench/sim/allreduce.py)."""
     name = _select(cfg, "gpu.allreduce_table", missing=True) if _sim(cfg) else None
     if name is not None and name is not _MISSING:
-        from kvbench.sim import allreduce
+        from kvbench.sim import allreduce  # start-up time: the measured NCCL tables
 
         if name not in allreduce.available():
             raise ConfigError(f"gpu.allreduce_table must be one of {allreduce.available()} or null; got {name!r}")
@@ -231,9 +237,6 @@ MAX_NAME_BYTES = 200  # a folder name, with room for the run id beside it (file 
 
 def check_names(cfg) -> None:
     """Folder names that every file system takes, and a results dir that is not a dangling link."""
-    import os
-    from pathlib import Path
-
     name = cfg.get("experiment_name")
     if isinstance(name, str) and len(name.encode()) > MAX_NAME_BYTES:
         raise ConfigError(f"experiment_name must be at most {MAX_NAME_BYTES} bytes (it names a folder); "
@@ -259,10 +262,6 @@ def check_baseline(cfg) -> None:
     name = cfg.get("baseline")
     if name is None:
         return
-    from omegaconf import OmegaConf
-
-    from kvbench.config.errors import CONF_DIR
-
     path = CONF_DIR / "baseline" / f"{name}.yaml"
     if not isinstance(name, str) or not path.is_file():
         options = sorted(p.stem for p in (CONF_DIR / "baseline").glob("*.yaml"))
@@ -278,10 +277,6 @@ def check_baseline(cfg) -> None:
 
 def check_wandb_key(cfg) -> None:
     """``logger.mode=online`` needs an API key (WANDB_API_KEY or a netrc login) before the run starts."""
-    import netrc
-    import os
-    from urllib.parse import urlparse
-
     if not _wandb(cfg) or cfg.logger.get("mode") != "online" or os.environ.get("WANDB_API_KEY"):
         return
     host = urlparse(os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai")).hostname or ""
@@ -323,7 +318,7 @@ def check_activation(cfg) -> None:
     activation = cfg.model.get("hidden_activation")
     if activation is None:
         return
-    from transformers.activations import ACT2FN
+    from transformers.activations import ACT2FN  # start-up time: transformers, hf only
 
     if activation not in ACT2FN:
         raise ConfigError(f"model.hidden_activation must be a transformers activation such as gelu_pytorch_tanh; "

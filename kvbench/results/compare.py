@@ -24,6 +24,7 @@ import pandas as pd
 
 from kvbench.results.naming import cell, granularity, missing
 from kvbench.results.query import QueryError
+from kvbench.results.store import clean_summary
 
 # columns that describe what a run was given (compared runs are grouped by those that vary)
 SETTING_COLUMNS = ("experiment", "backend", "device", "gpu_profile", "model", "workload", "request_rate",
@@ -158,8 +159,6 @@ def format_groups(groups: Sequence[tuple[str, pd.DataFrame]], baseline: str, fmt
 
 def export_rows(df: pd.DataFrame, fmt: str) -> str:
     """The selected rows as strict JSON (a list of summary rows) or CSV."""
-    from kvbench.results.store import clean_summary
-
     if fmt == "csv":
         return df.to_csv(index=False)
     rows = [clean_summary({k: v for k, v in row.items() if not (v is pd.NA)}) for row in df.to_dict("records")]

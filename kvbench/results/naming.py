@@ -12,16 +12,16 @@ import math
 from collections.abc import Mapping
 from functools import lru_cache
 
+from omegaconf import OmegaConf
+
+from kvbench.config.errors import CONF_DIR
+
 NOT_APPLICABLE = "-"
 _ORCA_RESERVES = ("max", "pow2", "oracle")
 
 
 @lru_cache(maxsize=64)
 def _config_knobs(choice: str) -> tuple[str | None, str | None] | None:
-    from omegaconf import OmegaConf
-
-    from kvbench.config.errors import CONF_DIR
-
     path = CONF_DIR / "allocator" / f"{choice}.yaml"
     if not path.is_file():
         return None
@@ -43,7 +43,7 @@ def allocator_label(name: str, reserve: str | None = None, choice: str | None = 
 def hydra_choice(group: str = "allocator") -> str | None:
     """The config chosen for a group in the running Hydra app, or None outside one."""
     try:
-        from hydra.core.hydra_config import HydraConfig
+        from hydra.core.hydra_config import HydraConfig  # start-up time: Hydra, only inside a job
 
         return HydraConfig.get().runtime.choices.get(group)
     except (ImportError, ValueError):

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from kvbench.results.naming import allocator_label, missing
+
 _WHERE = re.compile(r"^\s*([\w.]+)\s*(==|!=|>=|<=|=|>|<)\s*(.*?)\s*$")
 
 
@@ -16,8 +18,6 @@ class QueryError(ValueError):
 
 def with_labels(df: pd.DataFrame) -> pd.DataFrame:
     """``allocator_label`` for every row (older rows lack it: derived from allocator and reserve)."""
-    from kvbench.results.naming import allocator_label, missing
-
     out = df.copy()
     derived = [allocator_label(str(a), r) for a, r in zip(out["allocator"], out["reserve"])]
     if "allocator_label" not in out:

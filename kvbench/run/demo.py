@@ -13,9 +13,10 @@ import sys
 
 from hydra import compose, initialize_config_dir
 
+from kvbench.config.errors import CONF_DIR
+from kvbench.results.naming import cell
 from kvbench.run.console import format_table
 from kvbench.run.lifecycle import run
-from kvbench.config.errors import CONF_DIR
 
 ALLOCATORS = ("orca-max", "orca-pow2", "orca-oracle", "contiguous", "contiguous-oracle", "paged",
               "paged_prefix", "radix", "vattention", "vattention-64k", "vattention-256k")
@@ -30,8 +31,6 @@ COMPARED = ("request_throughput", "mean_batch_size", "mem_token_frac", "mem_inte
 
 def coinciding(rows: list[dict]) -> list[list[str]]:
     """Labels of rows whose compared numbers are all equal (to 4 significant digits)."""
-    from kvbench.results.naming import cell
-
     by_numbers: dict[tuple, list[str]] = {}
     for row in rows:
         by_numbers.setdefault(tuple(cell(row.get(k)) for k in COMPARED), []).append(str(row["allocator_label"]))

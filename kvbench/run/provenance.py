@@ -33,7 +33,7 @@ def git_state() -> tuple[str | None, bool | None]:
 def job_overrides() -> list[str] | None:
     """The running Hydra job's overrides (``experiment=...``, sweep values), or None outside Hydra."""
     try:
-        from hydra.core.hydra_config import HydraConfig
+        from hydra.core.hydra_config import HydraConfig  # start-up time: Hydra, only inside a job
 
         return [str(o) for o in HydraConfig.get().overrides.task]
     except (ImportError, ValueError):

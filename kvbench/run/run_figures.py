@@ -12,10 +12,10 @@ CATEGORIES = [("mem_token_frac", "token", "#2a9d8f"), ("mem_reserved_frac", "res
 
 def memory_over_time(steps: pd.DataFrame, path: Path, title: str = "") -> Path:
     """Stacked fractions of the KV pool against simulated/measured time; PNG at ``path``."""
-    import matplotlib
+    import matplotlib  # start-up time: matplotlib, only with a logger
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # start-up time: as above
 
     path.parent.mkdir(parents=True, exist_ok=True)
     fig, ax = plt.subplots(figsize=(7, 3.2))

@@ -24,6 +24,9 @@ import socket
 from fnmatch import fnmatch
 from pathlib import Path
 
+from omegaconf import OmegaConf, open_dict
+from omegaconf.errors import OmegaConfBaseException
+
 from kvbench.config.errors import ConfigError
 
 KEEP_ENV = "KVBENCH_KEEP_DIR"
@@ -60,9 +63,6 @@ def _refuse(key: str, path: Path, cwd: Path) -> None:
 
 
 def _resolved(cfg, key: str) -> str:
-    from omegaconf import OmegaConf
-    from omegaconf.errors import OmegaConfBaseException
-
     try:
         value = OmegaConf.select(cfg, key, throw_on_missing=True)
     except OmegaConfBaseException as exc:
@@ -75,8 +75,6 @@ def _resolved(cfg, key: str) -> str:
 def check_output_dirs(cfg, multirun: bool, cwd: Path | None = None) -> Path:
     """Check hydra.run.dir (a single run) or hydra.sweep.dir and hydra.sweep.subdir (a multirun) of a
     config composed with its Hydra node; return the folder Hydra will create (run or sweep dir)."""
-    from omegaconf import open_dict
-
     cwd = (cwd or Path.cwd()).resolve()
     if not multirun:
         run_dir = (cwd / Path(_resolved(cfg, "hydra.run.dir")).expanduser()).resolve()

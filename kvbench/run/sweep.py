@@ -18,8 +18,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.experimental.callback import Callback
+from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
+
+from kvbench.results.naming import cell, granularity
+from kvbench.results.query import in_sweep
 
 log = logging.getLogger("kvbench")
 
@@ -30,8 +35,7 @@ METRIC_COLUMNS = ("granularity", "request_throughput", "mean_ttft_ms", "p99_ttft
 
 def sweep_runs(index_path: Path, sweep_dir: Path):
     """The index rows (a DataFrame) of runs stored under sweep_dir, in index order."""
-    from kvbench.results.query import in_sweep
-    from kvbench.results.store import load_index
+    from kvbench.results.store import load_index  # start-up time: pandas, at the sweep's end only
 
     return in_sweep(load_index(index_path), index_path, sweep_dir).reset_index(drop=True)
 
@@ -50,8 +54,6 @@ def parse_overrides(overrides: Iterable[str]) -> dict[str, str]:
 
 def swept_keys(config: DictConfig) -> list[str]:
     """The keys this multirun sweeps: sweep overrides on the command line, then the sweeper's params."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
     keys: list[str] = []
     task = list(config.hydra.overrides.get("task") or [])
     for override in OverridesParser.create().parse_overrides(task):
@@ -131,8 +133,6 @@ def _sort_key(value: object) -> tuple:
 
 def sweep_rows(records: Sequence[Mapping], runs, index_path: Path, keys: Sequence[str]) -> list[dict]:
     """One row per job: its swept values, status and summary columns; sorted by the swept values."""
-    from kvbench.results.naming import granularity
-
     by_dir = {_absolute(row["run_dir"], index_path): row for row in runs.to_dict("records")}
     seen = {str(r["run_dir"]) for r in records}
     leftover = [row for run_dir, row in by_dir.items() if run_dir not in seen]
@@ -150,9 +150,7 @@ def sweep_rows(records: Sequence[Mapping], runs, index_path: Path, keys: Sequenc
 
 def format_sweep_table(rows: Sequence[Mapping], keys: Sequence[str], metric: str | None = None) -> str:
     """The swept keys, status, the compared metrics (and the sweeper's metric); ``-`` where none."""
-    import pandas as pd
-
-    from kvbench.results.naming import cell
+    import pandas as pd  # start-up time: pandas, at the sweep's end only
 
     columns = [*keys, "status", *METRIC_COLUMNS]
     if metric and metric not in columns:
@@ -167,8 +165,6 @@ class ComparisonTable(Callback):
     """Records each job's outcome, then prints the comparison table of a multirun's jobs."""
 
     def on_job_end(self, config: DictConfig, job_return: Any, **kwargs: Any) -> None:
-        from hydra.types import RunMode
-
         if config.hydra.mode != RunMode.MULTIRUN:
             return
         try:
@@ -177,7 +173,7 @@ class ComparisonTable(Callback):
             log.warning("could not record job %s for the sweep table: %s", config.hydra.job.num, exc)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        import pandas as pd
+        import pandas as pd  # start-up time: pandas, at the sweep's end only
 
         index = Path(str(config.results_dir)) / "index.jsonl"
         sweep_dir = Path(str(config.hydra.sweep.dir))
@@ -200,6 +196,6 @@ def _log_sweep_table(config: DictConfig, rows: Sequence[Mapping], keys: Sequence
     """One W&B table of the whole sweep (logger=wandb only)."""
     if str(OmegaConf.select(config, "logger.name") or "none") != "wandb":
         return
-    from kvbench.loggers.sweep_table import log_sweep_table
+    from kvbench.loggers.sweep_table import log_sweep_table  # optional dependency: wandb, for logger=wandb
 
     log_sweep_table(config, rows, [*keys, "status", *METRIC_COLUMNS])
