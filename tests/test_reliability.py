@@ -22,6 +22,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf, open_dict
 
 import reliability_cases as rc
+import kvbench.results.reindex as reindex_mod
 from kvbench.results import store as results_mod
 from kvbench.run.prepare import _errors
 from kvbench.run.precheck import check_job, precheck
@@ -188,7 +189,7 @@ def test_reindex_rebuilds_the_index_and_clean_removes_dead_runs(tmp_path):
     (dead / ".running").write_text(json.dumps({"kvbench_run": dead.name, "pid": 1, "made_dir": True}))
     assert reindex(index)[:2] == (2, 1)
     assert sorted(r["run_id"] for r in _rows(index)) == want
-    assert results_mod.clean(index) == [dead] and not dead.exists()
+    assert reindex_mod.clean(index) == [dead] and not dead.exists()
 
 
 def test_failed_append_leaves_the_index_whole(tmp_path, monkeypatch):
@@ -489,7 +490,7 @@ def test_clean_in_a_loop_never_breaks_starting_runs(tmp_path):
     procs = [kvbench(*with_base([f"seed={s}", "workload.num_requests=20"], results), cwd=tmp_path) for s in range(3)]
     cleaned = 0
     while any(p.poll() is None for p in procs):
-        cleaned += len(results_mod.clean(index))
+        cleaned += len(reindex_mod.clean(index))
         time.sleep(0.005)
     errs = [p.communicate()[1] for p in procs]
     assert [p.returncode for p in procs] == [0, 0, 0], errs

@@ -63,7 +63,7 @@ def run_spec(cfg: DictConfig, kv_bytes: int | None = None) -> RunSpec:
     kv, device, gpu_profile = _kv_bytes(cfg, geometry)
     block_size = cfg.allocator.get("block_size")
     return RunSpec(geometry=geometry, num_slots=pool_slots(cfg, geometry, kv if kv_bytes is None else kv_bytes),
-                   block_size=int(block_size) if block_size is not None else None,
+                   block_size=block_size if isinstance(block_size, int) else None,  # a bad one: the allocator says so
                    scheduler=scheduler_limits(cfg, geometry), device=device, gpu_profile=gpu_profile)
 
 
