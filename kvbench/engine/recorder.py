@@ -169,8 +169,9 @@ def summarize(steps: pd.DataFrame, requests: pd.DataFrame, *, num_preemptions: i
             out[key] = float(np.average(steps[key].to_numpy(), weights=weights))
         cached = steps["mem_cached_frac"].to_numpy()  # NaN where the allocator caches nothing
         out["mem_cached_frac"] = None if np.isnan(cached).all() else float(np.average(cached, weights=weights))
-        logical = float(np.dot(steps["logical_slots"].to_numpy(), weights))
-        physical = float(np.dot(steps["token_slots"].to_numpy(), weights))
+        # math.fsum, not np.dot: BLAS rounds a dot product differently on each CPU's kernel
+        logical = math.fsum(steps["logical_slots"].to_numpy() * weights)
+        physical = math.fsum(steps["token_slots"].to_numpy() * weights)
         out["sharing_saving_frac"] = (logical - physical) / logical if logical > 0 else None
     else:
         out.update({"mean_batch_size": None, "max_batch_size": None, "sharing_saving_frac": None,
