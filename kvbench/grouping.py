@@ -1,0 +1,198 @@
+"""When runs may be averaged: the one rule every reader that aggregates follows.
+
+Runs may be averaged only when every setting except the seed is equal. A *setting* is any column
+that describes what a run was given (allocator and its knobs, model, GPU profile and count,
+workload and its knobs, engine and system knobs, ...); everything measured, the run's identity
+and its provenance are not settings. The rule is safe by default: a column this module does not
+know is a setting unless its name marks a measurement (``*_ms``, ``*_frac``, ...), so a knob added
+later splits groups instead of being averaged over.
+
+A null is a value: a setting that is null for some runs and set for others varies (a row of an
+older schema that lacks a knob is not like a row that records it). ``kv_bytes`` is compared as the
+KV budget the run *requested* (``engine.kv_cache_bytes`` in its recorded overrides), not the pool
+its allocator rounded it to (each rounds to its own unit), when the row recorded its overrides.
+"""
+from __future__ import annotations
+
+import json
+import math
+import numbers
+import re
+from collections.abc import Iterable, Sequence
+
+import pandas as pd
+
+SEED_COLUMN = "seed"
+# who a run is and where it came from: never a setting
+RUN_IDENTITY_COLUMNS: tuple[str, ...] = ("run_id", "run_dir", "commit", "tree_clean", "overrides", "nonfinite",
+                                         "wall_s")
+# the pool in slots follows from the budget (kv_bytes) and the allocator's unit
+DERIVED_POOL_COLUMNS: tuple[str, ...] = ("kv_slots",)
+BUDGET_COLUMN = "kv_bytes"  # compared as the requested budget (budget_values)
+
+# measured values (the results schema's throughput, latency, batching, memory, pressure, outcome
+# columns and the later additions); a column named like one of METRIC_SUFFIXES is measured too
+METRIC_COLUMNS: frozenset[str] = frozenset((
+    "duration_s", "request_throughput", "output_token_throughput", "total_token_throughput",
+    "mean_ttft_s", "p99_ttft_s", "mean_tpot_s", "p99_tpot_s", "mean_e2e_s", "normalized_latency_s",
+    "mean_batch_size", "max_batch_size", "mean_running_requests",
+    "mem_token_frac", "mem_reserved_frac", "mem_internal_frac", "mem_external_frac", "mem_cached_frac",
+    "num_preemptions", "prefix_hit_rate", "sharing_saving_frac", "num_finished", "num_rejected",
+    "completed", "failed", "total_input_tokens", "total_output_tokens", "input_throughput", "output_throughput",
+    "max_output_tokens_per_s", "max_concurrent_requests", "concurrency", "request_goodput", "goodput",
+    "mean_prompt_len", "median_prompt_len", "mean_output_len", "median_output_len",
+    "num_clipped", "workload_pool", "arrival_cv", "trace_reuse_ceiling", "num_refused_overlong",
+    "num_steps", "swap_out_slots", "swap_in_slots", "mean_step_s", "page_maps", "page_unmaps", "evictions",
+    "prefix_token_hit_rate", "window_freed_slots",
+))  # fmt: skip
+METRIC_SUFFIXES: tuple[str, ...] = ("_ms", "_frac", "_throughput", "_per_token", "_per_s", "_hit_rate")
+# named like a measurement, yet what the run was given
+SETTING_OVERRIDES: frozenset[str] = frozenset(("request_rate",))
+
+
+class GroupingError(ValueError):
+    """Runs that cannot be aggregated as asked (a metric that is not a number); one line."""
+
+
+def is_setting(column: str) -> bool:
+    """Whether ``column`` describes what a run was given (seed included)."""
+    if column in RUN_IDENTITY_COLUMNS or column in DERIVED_POOL_COLUMNS:
+        return False
+    if column in SETTING_OVERRIDES:
+        return True
+    return column not in METRIC_COLUMNS and not column.endswith(METRIC_SUFFIXES)
+
+
+def setting_columns(frame: pd.DataFrame, ignore: Iterable[str] = ()) -> list[str]:
+    """The frame's setting columns other than the seed and those in ``ignore``, in frame order."""
+    skip = {SEED_COLUMN, *ignore}
+    return [c for c in frame.columns if c not in skip and is_setting(str(c))]
+
+
+def value_key(value: object) -> object:
+    """A hashable key under which equal setting values meet: every null is one key, 4 and 4.0 are
+    one key, True is not 1, a nested value (list, dict) is compared by its JSON text."""
+    if value is None or value is pd.NA or value is pd.NaT:
+        return None
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
+        try:
+            value = value.item()  # numpy scalar
+        except (ValueError, TypeError):
+            pass
+    if isinstance(value, bool):
+        return ("bool", value)
+    if isinstance(value, numbers.Real):
+        number = float(value)
+        return None if math.isnan(number) else ("num", number)
+    if isinstance(value, str):
+        return ("str", value)
+    try:
+        return ("json", json.dumps(value, sort_keys=True, default=str))
+    except (TypeError, ValueError):
+        return ("repr", repr(value))
+
+
+_BUDGET = re.compile(r"^\+*engine\.kv_cache_bytes=(.+)$")
+_UTILIZATION = re.compile(r"^\+*engine\.gpu_memory_utilization=(.+)$")
+
+
+def _requested_budget(kv_bytes: object, overrides: object) -> object:
+    """The budget a run asked for: ``engine.kv_cache_bytes`` of its overrides, else the GPU profile's
+    default (at the utilization it set); a row without recorded overrides: its pool (kv_bytes)."""
+    if not isinstance(overrides, str) or not overrides:
+        return value_key(kv_bytes)
+    try:
+        items = json.loads(overrides)
+    except ValueError:
+        return value_key(kv_bytes)
+    if not isinstance(items, list):
+        return value_key(kv_bytes)
+    budget, utilization = None, None
+    for item in items:
+        text = str(item)
+        if match := _BUDGET.match(text):
+            budget = match.group(1).strip()
+        elif match := _UTILIZATION.match(text):
+            utilization = match.group(1).strip()
+    if budget is not None:
+        try:
+            return ("budget", float(budget))
+        except ValueError:
+            return ("budget", budget)
+    return ("profile default", utilization)
+
+
+def budget_values(frame: pd.DataFrame) -> pd.Series:
+    """Per row, the requested KV budget as a comparable key (see ``_requested_budget``)."""
+    overrides = frame["overrides"] if "overrides" in frame.columns else pd.Series(None, index=frame.index)
+    kv = frame[BUDGET_COLUMN] if BUDGET_COLUMN in frame.columns else pd.Series(None, index=frame.index)
+    return pd.Series([_requested_budget(k, o) for k, o in zip(kv.tolist(), overrides.tolist())],
+                     index=frame.index, dtype=object)
+
+
+def setting_keys(frame: pd.DataFrame, column: str) -> pd.Series:
+    """The comparable key of each row's value of a setting column (``kv_bytes``: the requested budget)."""
+    if column == BUDGET_COLUMN:
+        return budget_values(frame)
+    return pd.Series([value_key(v) for v in frame[column].tolist()], index=frame.index, dtype=object)
+
+
+def settings_that_vary(frame: pd.DataFrame, ignore: Iterable[str] = ()) -> list[str]:
+    """The names of the setting columns, other than ``seed``, the run-identity/provenance columns
+    and those in ``ignore``, whose values are not all equal across the rows (nulls count as a value:
+    null in one row and 4 in another varies). ``kv_bytes`` varies when the requested budgets do."""
+    if len(frame) < 2:
+        return []
+    return [c for c in setting_columns(frame, ignore) if len(set(setting_keys(frame, c))) > 1]
+
+
+def group_keys(frame: pd.DataFrame, columns: Sequence[str]) -> pd.Series:
+    """One hashable key per row from the given setting columns (nulls and budgets as above)."""
+    if not columns:
+        return pd.Series([()] * len(frame), index=frame.index, dtype=object)
+    parts = [setting_keys(frame, c).tolist() for c in columns]
+    return pd.Series(list(zip(*parts)), index=frame.index, dtype=object)
+
+
+def numeric_metric(frame: pd.DataFrame, metric: str) -> pd.Series:
+    """A metric column as floats (null stays NaN); GroupingError naming the run for any value that
+    is not a number (a string, a list), never dropped in silence."""
+    out = []
+    ids = frame["run_id"].tolist() if "run_id" in frame.columns else [None] * len(frame)
+    for run_id, value in zip(ids, frame[metric].tolist()):
+        key = value_key(value)
+        if key is None:
+            out.append(math.nan)
+        elif key[0] == "num":
+            out.append(key[1])
+        else:
+            who = f"run {run_id}" if run_id is not None else "a run"
+            raise GroupingError(f"metric {metric}: {who} has {value!r}, not a number (cannot average or compare it)")
+    return pd.Series(out, index=frame.index, dtype=float)
+
+
+def split(frame: pd.DataFrame, columns: Sequence[str]) -> list[pd.DataFrame]:
+    """The rows per distinct key of ``columns`` (nulls one value), in order of first appearance."""
+    keys = group_keys(frame, list(columns))
+    return [frame[keys.map(lambda k, key=key: k == key)] for key in dict.fromkeys(keys)]
+
+
+def check_like(frame: pd.DataFrame, keys: Sequence[str], what: str = "runs averaged") -> None:
+    """GroupingError unless, within every group of ``keys``, no setting but the seed varies."""
+    if frame.empty:
+        return
+    for part in split(frame, keys):
+        varying = settings_that_vary(part, ignore=keys)
+        if varying:
+            first = part.iloc[0]
+            where = ", ".join(f"{k}={first[k]}" for k in keys) or "all runs"
+            raise GroupingError(f"{what} ({where}) differ in {', '.join(varying)}: not averaged; "
+                                "select one value or group by it")
+
+
+def spread(values: pd.Series) -> float:
+    """The sample standard deviation of the present values (NaN for fewer than two)."""
+    present = values.dropna()
+    return float(present.std()) if len(present) > 1 else math.nan
