@@ -561,7 +561,8 @@ def _maintain(index: Path, clean_dirs: bool, rebuild: bool) -> int:
         if rebuild:
             done = reindex(index)
             notes = [f"{done.kept} kept from outside runs/" if done.kept else "",
-                     f"{done.dropped} dropped (their run dir is gone)" if done.dropped else "",
+                     f"{done.missing} kept whose run dir is gone (remove those lines by hand if the runs "
+                     "are)" if done.missing else "",
                      f"{len(done.unreadable)} unreadable summary.json ({done.unreadable[0]})" if done.unreadable else ""]
             extra = "".join(f"; {n}" for n in notes if n)
             print(f"kvbench-results: {index}: {done.rows} finished runs{extra}; {done.unfinished} unfinished run "
