@@ -188,6 +188,13 @@ def _row_knobs(df: pd.DataFrame, compared: str, labels: pd.Series, varying: list
     return group_by, in_label
 
 
+def _label_knobs(df: pd.DataFrame, text: pd.Series, value: str, in_label: list[str]) -> list[str]:
+    """The knobs that vary among runs of one compared value (granularity only when it alone does)."""
+    rows = df[text == value]
+    knobs = [k for k in in_label if settings_that_vary(rows[[k]])]
+    return [k for k in knobs if k != "granularity"] if len(knobs) > 1 else knobs
+
+
 def compare_groups(df: pd.DataFrame, compared: str, baseline: str, metrics: Sequence[str]
                    ) -> list[tuple[str, pd.DataFrame]]:
     """Per group of the other settings that vary: one row per compared value (baseline first),
@@ -216,7 +223,8 @@ def compare_groups(df: pd.DataFrame, compared: str, baseline: str, metrics: Sequ
         rows = []
         for runs in order:
             first = runs.iloc[0]
-            label = _knob_label(text[runs.index[0]], {k: first[k] for k in in_label})
+            label = _knob_label(text[runs.index[0]], {k: first[k] for k in _label_knobs(df, text, text[runs.index[0]],
+                                                                                       in_label)})
             row: dict[str, object] = {compared: label, "runs": len(runs)}
             for m in metrics:
                 mean = values[m][runs.index].mean()

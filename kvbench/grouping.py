@@ -9,8 +9,10 @@ later splits groups instead of being averaged over.
 
 A null is a value: a setting that is null for some runs and set for others varies (a row of an
 older schema that lacks a knob is not like a row that records it). ``kv_bytes`` is compared as the
-KV budget the run *requested* (``engine.kv_cache_bytes`` in its recorded overrides), not the pool
-its allocator rounded it to (each rounds to its own unit), when the row recorded its overrides.
+KV budget the run *requested* (its experiment file and ``engine.kv_cache_bytes`` in its recorded
+overrides), not the pool its allocator rounded it to (each rounds to its own unit), and
+``num_requests`` as the count or duration asked for (a stream bounded by ``duration_s`` draws a
+count that varies with the seed), when the row recorded its overrides; else as recorded.
 """
 from __future__ import annotations
 
@@ -28,7 +30,6 @@ RUN_IDENTITY_COLUMNS: tuple[str, ...] = ("run_id", "run_dir", "commit", "tree_cl
                                          "wall_s")
 # the pool in slots follows from the budget (kv_bytes) and the allocator's unit
 DERIVED_POOL_COLUMNS: tuple[str, ...] = ("kv_slots",)
-BUDGET_COLUMN = "kv_bytes"  # compared as the requested budget (budget_values)
 
 # measured values (the results schema's throughput, latency, batching, memory, pressure, outcome
 # columns and the later additions); a column named like one of METRIC_SUFFIXES is measured too
@@ -94,55 +95,71 @@ def value_key(value: object) -> object:
         return ("repr", repr(value))
 
 
-_BUDGET = re.compile(r"^\+*engine\.kv_cache_bytes=(.+)$")
-_UTILIZATION = re.compile(r"^\+*engine\.gpu_memory_utilization=(.+)$")
+# Settings recorded as what a run *got*, compared as what it *asked for* when the row recorded its
+# overrides: the KV pool (each allocator rounds the budget to its own unit) and the request count
+# (a stream bounded by duration_s draws a count that varies with the seed). What was asked for is
+# the experiment file chosen plus the overrides of these keys (None: the file's or profile's default).
+REQUESTED_BY: dict[str, tuple[str, ...]] = {
+    "kv_bytes": ("engine.kv_cache_bytes", "engine.gpu_memory_utilization"),
+    "num_requests": ("workload.num_requests", "workload.duration_s"),
+}
+_OVERRIDE = re.compile(r"^[+~]*([\w.@/-]+)=(.*)$")
 
 
-def _requested_budget(kv_bytes: object, overrides: object) -> object:
-    """The budget a run asked for: ``engine.kv_cache_bytes`` of its overrides, else the GPU profile's
-    default (at the utilization it set); a row without recorded overrides: its pool (kv_bytes)."""
-    if not isinstance(overrides, str) or not overrides:
-        return value_key(kv_bytes)
+def _overrides(recorded: object) -> dict[str, str] | None:
+    """A row's recorded Hydra overrides as key -> value, or None when it recorded none (or garbage)."""
+    if not isinstance(recorded, str) or not recorded:
+        return None
     try:
-        items = json.loads(overrides)
+        items = json.loads(recorded)
     except ValueError:
-        return value_key(kv_bytes)
+        return None
     if not isinstance(items, list):
-        return value_key(kv_bytes)
-    budget, utilization = None, None
+        return None
+    out = {}
     for item in items:
-        text = str(item)
-        if match := _BUDGET.match(text):
-            budget = match.group(1).strip()
-        elif match := _UTILIZATION.match(text):
-            utilization = match.group(1).strip()
-    if budget is not None:
-        try:
-            return ("budget", float(budget))
-        except ValueError:
-            return ("budget", budget)
-    return ("profile default", utilization)
+        if match := _OVERRIDE.match(str(item)):
+            out[match.group(1)] = match.group(2).strip()
+    return out
 
 
-def budget_values(frame: pd.DataFrame) -> pd.Series:
-    """Per row, the requested KV budget as a comparable key (see ``_requested_budget``)."""
-    overrides = frame["overrides"] if "overrides" in frame.columns else pd.Series(None, index=frame.index)
-    kv = frame[BUDGET_COLUMN] if BUDGET_COLUMN in frame.columns else pd.Series(None, index=frame.index)
-    return pd.Series([_requested_budget(k, o) for k, o in zip(kv.tolist(), overrides.tolist())],
-                     index=frame.index, dtype=object)
+def _number_or_text(text: str | None) -> object:
+    if text is None:
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        return text
+
+
+def requested_values(frame: pd.DataFrame, column: str) -> pd.Series:
+    """Per row, what the run asked for in a REQUESTED_BY column, as a comparable key: the experiment
+    file and the overrides of the keys that set it; a row without recorded overrides: its value."""
+    recorded = frame["overrides"].tolist() if "overrides" in frame.columns else [None] * len(frame)
+    values = frame[column].tolist() if column in frame.columns else [None] * len(frame)
+    keys = []
+    for value, text in zip(values, recorded):
+        overrides = _overrides(text)
+        if overrides is None:
+            keys.append(value_key(value))
+        else:
+            asked = tuple(_number_or_text(overrides.get(k)) for k in REQUESTED_BY[column])
+            keys.append(("requested", overrides.get("experiment"), asked))
+    return pd.Series(keys, index=frame.index, dtype=object)
 
 
 def setting_keys(frame: pd.DataFrame, column: str) -> pd.Series:
-    """The comparable key of each row's value of a setting column (``kv_bytes``: the requested budget)."""
-    if column == BUDGET_COLUMN:
-        return budget_values(frame)
+    """The comparable key of each row's value of a setting column (REQUESTED_BY: what was asked for)."""
+    if column in REQUESTED_BY:
+        return requested_values(frame, column)
     return pd.Series([value_key(v) for v in frame[column].tolist()], index=frame.index, dtype=object)
 
 
 def settings_that_vary(frame: pd.DataFrame, ignore: Iterable[str] = ()) -> list[str]:
     """The names of the setting columns, other than ``seed``, the run-identity/provenance columns
     and those in ``ignore``, whose values are not all equal across the rows (nulls count as a value:
-    null in one row and 4 in another varies). ``kv_bytes`` varies when the requested budgets do."""
+    null in one row and 4 in another varies). ``kv_bytes`` and ``num_requests`` vary when what the
+    runs asked for does (REQUESTED_BY)."""
     if len(frame) < 2:
         return []
     return [c for c in setting_columns(frame, ignore) if len(set(setting_keys(frame, c))) > 1]

@@ -314,8 +314,30 @@ def category_handles() -> list:
             for c in CATEGORIES]
 
 
-def mean_by(df: pd.DataFrame, keys: Sequence[str], columns: Sequence[str]) -> pd.DataFrame:
-    """Mean of ``columns`` per ``keys`` over repeated runs (seeds), keys kept as columns."""
+# columns a figure derives from settings (labels, names, plotted knobs): never settings of their own
+DERIVED_COLUMNS = ("label", "family", "dataset", "budget", "wl", "value", "saving_pct", "tail_waste_pct",
+                   "attention_ms_per_token")
+
+
+def check_alike(figure: str, runs: pd.DataFrame, keys: Sequence[str]) -> None:
+    """GroupingError (the figure is not drawn, the others are) when runs a figure averages into
+    one point or bar (one value of each of ``keys``) differ in a setting other than the seed
+    (``kvbench.grouping``): such runs are never averaged."""
+    from kvbench.grouping import GroupingError, settings_that_vary, split
+
+    present = [k for k in keys if k in runs.columns]
+    for part in split(runs, present):
+        varying = settings_that_vary(part, ignore=[*present, *DERIVED_COLUMNS])
+        if varying:
+            first = part.iloc[0]
+            where = ", ".join(f"{k}={first[k]}" for k in present)
+            raise GroupingError(f"{figure}: the runs averaged at {where} differ in {', '.join(varying)}")
+
+
+def mean_by(df: pd.DataFrame, keys: Sequence[str], columns: Sequence[str], figure: str = "figure") -> pd.DataFrame:
+    """Mean of ``columns`` per ``keys`` over repeated runs (seeds), keys kept as columns; only
+    runs alike in every other setting are averaged (``check_alike``)."""
+    check_alike(figure, df, keys)
     df = numeric(df, *columns)
     return df.groupby(list(keys), dropna=False, sort=False)[list(columns)].mean().reset_index()
 

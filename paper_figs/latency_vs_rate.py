@@ -1,7 +1,7 @@
 """Normalized latency (s/token) against request rate, one line per allocator.
 
 Runs of every experiment whose name starts with ``paper-rate``; one panel per workload
-(columns) and model (rows) when there are several. Burst runs (infinite rate) are left out.
+(columns; the length-matched ShareGPT stream apart from the packaged one) and model (rows) when there are several. Burst runs (infinite rate) are left out.
 """
 from __future__ import annotations
 
@@ -14,6 +14,13 @@ import seaborn as sns
 from paper_figs import common
 
 NAME = "latency_vs_rate"
+
+
+def dataset_name(workload: object) -> str:
+    """The panel of a workload: ShareGPT and its length-matched variant are two streams, two panels
+    (pooled, one line would average runs of different request streams)."""
+    name = common.workload_name(workload)
+    return f"{name} (length-matched)" if str(workload).endswith("-matched") else name
 EXPERIMENT = "paper-rate-opt"  # a prefix: paper-rate-opt13b-sharegpt, ...
 
 
@@ -31,12 +38,13 @@ def draw(index_df: pd.DataFrame, out_dir: str | Path, results_root: str | Path,
     if runs.empty:
         return common.skip(NAME, "no runs with a finite request rate")
     common.setup_style()
-    runs["dataset"] = runs["workload"].map(common.workload_name)
+    runs["dataset"] = runs["workload"].map(dataset_name)
     order = common.label_order(runs["label"])
     col = "dataset" if runs["dataset"].nunique() > 1 else None
     row = "model" if runs["model"].nunique() > 1 else None
     sizes = {"opt-13b": 13, "opt-66b": 66, "opt-175b": 175}
     row_order = sorted(runs["model"].unique(), key=lambda m: sizes.get(m, 999)) if row else None
+    common.check_alike(NAME, runs, ["request_rate", "label", "dataset", "model"])
     grid = sns.relplot(
         data=runs, kind="line", x="request_rate", y="normalized_latency_s",
         hue="label", hue_order=order, palette=common.palette(order), style="label",
