@@ -520,6 +520,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.compare or args.export:
             return compare_or_export(args, sort(df, sort_keys))
         # --sort orders the rows (groups keep their first appearance); else rows go by group
+        columns = [*columns, *hidden_settings(df, [*group_by, *columns])]
         if sort_keys:
             table = compare(sort(df, sort_keys), [*group_by, *columns], by=())
         else:
@@ -548,6 +549,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             blocks.append(f"== {name} ==\n{cells.to_string(index=False)}")
     print("\n\n".join(blocks))
     return 0
+
+
+def hidden_settings(df: pd.DataFrame, shown: Sequence[str]) -> list[str]:
+    """Settings not shown that tell apart rows alike in every shown setting (one row per run, never
+    averaged; such rows would look like repeats of one config): added to the table's columns."""
+    from kvbench.grouping import is_setting, settings_that_vary, split
+
+    known = [c for c in shown if c in df.columns and is_setting(c)]
+    found: dict[str, None] = {}
+    for part in split(df, known):
+        found.update((c, None) for c in settings_that_vary(part, ignore=[*shown, "granularity", "allocator"]))
+    return list(found)
 
 
 def _maintain(index: Path, clean_dirs: bool, rebuild: bool) -> int:

@@ -334,6 +334,25 @@ def check_alike(figure: str, runs: pd.DataFrame, keys: Sequence[str]) -> None:
             raise GroupingError(f"{figure}: the runs averaged at {where} differ in {', '.join(varying)}")
 
 
+def name_unlike(figure: str, runs: pd.DataFrame, keys: Sequence[str], column: str) -> pd.DataFrame:
+    """Runs a figure would average into one point (one value of each of ``keys``) that differ in a
+    setting other than the seed (a fallback that pools several studies): ``column`` (the panel's
+    name) gets those settings appended, so they are drawn apart, and the figure says so."""
+    from kvbench.grouping import settings_that_vary, split
+
+    present = [k for k in keys if k in runs.columns]
+    extra: dict[str, None] = {}
+    for part in split(runs, present):
+        extra.update((c, None) for c in settings_that_vary(part, ignore=[*present, *DERIVED_COLUMNS]))
+    if not extra:
+        return runs
+    out = runs.copy()
+    out[column] = [f"{value}, " + ", ".join(f"{k}={row[k]}" for k in extra)
+                   for value, (_, row) in zip(out[column], out.iterrows())]
+    note(figure, f"runs that differ in {', '.join(extra)} are drawn apart (never averaged)")
+    return out
+
+
 def mean_by(df: pd.DataFrame, keys: Sequence[str], columns: Sequence[str], figure: str = "figure") -> pd.DataFrame:
     """Mean of ``columns`` per ``keys`` over repeated runs (seeds), keys kept as columns; only
     runs alike in every other setting are averaged (``check_alike``)."""

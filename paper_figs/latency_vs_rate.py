@@ -1,7 +1,7 @@
 """Normalized latency (s/token) against request rate, one line per allocator.
 
 Runs of every experiment whose name starts with ``paper-rate``; one panel per workload
-(columns; the length-matched ShareGPT stream apart from the packaged one) and model (rows) when there are several. Burst runs (infinite rate) are left out.
+(columns; the length-matched ShareGPT stream is left out, said in a note: it is another stream) and model (rows) when there are several. Burst runs (infinite rate) are left out.
 """
 from __future__ import annotations
 
@@ -16,11 +16,15 @@ from paper_figs import common
 NAME = "latency_vs_rate"
 
 
-def dataset_name(workload: object) -> str:
-    """The panel of a workload: ShareGPT and its length-matched variant are two streams, two panels
-    (pooled, one line would average runs of different request streams)."""
-    name = common.workload_name(workload)
-    return f"{name} (length-matched)" if str(workload).endswith("-matched") else name
+def _packaged_only(runs: pd.DataFrame) -> pd.DataFrame:
+    """The length-matched ShareGPT stream (``*-matched``) is another request stream: averaged with the
+    packaged one it would blend two streams into one line; it is left out here (the headline table
+    reports it) and the figure says so."""
+    matched = runs["workload"].astype(str).str.endswith("-matched")
+    if matched.any():
+        common.note(NAME, f"left out {int(matched.sum())} runs of the length-matched stream "
+                          f"({', '.join(sorted(set(runs.loc[matched, 'experiment'].astype(str))))}; see the headline table)")
+    return runs[~matched]
 EXPERIMENT = "paper-rate-opt"  # a prefix: paper-rate-opt13b-sharegpt, ...
 
 
@@ -38,7 +42,8 @@ def draw(index_df: pd.DataFrame, out_dir: str | Path, results_root: str | Path,
     if runs.empty:
         return common.skip(NAME, "no runs with a finite request rate")
     common.setup_style()
-    runs["dataset"] = runs["workload"].map(dataset_name)
+    runs = _packaged_only(runs)
+    runs["dataset"] = runs["workload"].map(common.workload_name)
     order = common.label_order(runs["label"])
     col = "dataset" if runs["dataset"].nunique() > 1 else None
     row = "model" if runs["model"].nunique() > 1 else None
