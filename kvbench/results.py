@@ -520,7 +520,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.compare or args.export:
             return compare_or_export(args, sort(df, sort_keys))
         # --sort orders the rows (groups keep their first appearance); else rows go by group
-        columns = [*columns, *hidden_settings(df, [*group_by, *columns])]
+        hidden = hidden_settings(df, [*group_by, *columns])
+        if hidden and args.columns == ",".join(DEFAULT_COMPARE_COLUMNS):
+            columns = [*columns, *hidden]
+        elif hidden:
+            print(f"kvbench-results: rows that look alike differ in {', '.join(hidden)} (not shown; "
+                  "add them to --columns)", file=sys.stderr)
         if sort_keys:
             table = compare(sort(df, sort_keys), [*group_by, *columns], by=())
         else:
