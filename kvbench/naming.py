@@ -49,14 +49,16 @@ def allocator_label(name: str, reserve: str | None = None, choice: str | None = 
                     knobs: Mapping[str, object] | None = None) -> str:
     """The config name of this allocator (``choice`` when its knobs still hold: reserve, and the
     page size in ``knobs``), else one derived from the knobs the same way: buddy with
-    max/pow2/oracle is ``orca-<reserve>``, vAttention with 64 KiB pages ``vattention-64k``."""
+    max/pow2/oracle is ``orca-<reserve>``; a config chosen for vAttention whose page size was
+    overridden is named by the page used (``vattention-64k``, or ``vattention`` for 2 MiB). Without
+    a choice (``run(cfg)`` outside Hydra) the label stays the allocator's name, as before."""
     reserve = None if missing(reserve) else str(reserve)
     if choice and _knobs_hold(choice, name, reserve, knobs):
         return choice
     if name == "buddy" and reserve in _ORCA_RESERVES:
         return f"orca-{reserve}"
     page = (knobs or {}).get("page_bytes")
-    if name == "vattention" and not missing(page) and float(page) != DEFAULT_PAGE_BYTES:
+    if choice and name == "vattention" and not missing(page) and float(page) != DEFAULT_PAGE_BYTES:
         page = float(page)
         return f"vattention-{page / 1024:g}k" if page < 2**20 else f"vattention-{page / 2**20:g}m"
     return f"{name}-{reserve}" if reserve else str(name)

@@ -24,7 +24,7 @@ def with_labels(df: pd.DataFrame) -> pd.DataFrame:
     out = df.copy()
     pages = out["page_bytes"] if "page_bytes" in out else pd.Series(None, index=out.index, dtype=object)
     rows = list(zip(out["allocator"], out["reserve"], pages))
-    derived = [allocator_label(str(a), r, knobs={"page_bytes": p}) for a, r, p in rows]
+    derived = [allocator_label(str(a), r) for a, r, _ in rows]
     if "allocator_label" not in out:
         out["allocator_label"] = derived
         return out
