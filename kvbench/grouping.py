@@ -192,8 +192,10 @@ def numeric_metric(frame: pd.DataFrame, metric: str) -> pd.Series:
 
 def split(frame: pd.DataFrame, columns: Sequence[str]) -> list[pd.DataFrame]:
     """The rows per distinct key of ``columns`` (nulls one value), in order of first appearance."""
-    keys = group_keys(frame, list(columns))
-    return [frame[keys.map(lambda k, key=key: k == key)] for key in dict.fromkeys(keys)]
+    positions: dict[object, list[int]] = {}
+    for i, key in enumerate(group_keys(frame, list(columns))):
+        positions.setdefault(key, []).append(i)
+    return [frame.iloc[rows] for rows in positions.values()]
 
 
 def check_like(frame: pd.DataFrame, keys: Sequence[str], what: str = "runs averaged") -> None:
