@@ -171,7 +171,7 @@ def _identity(cfg: DictConfig, prep: Prepared, run_id: str) -> dict:
         "run_id": run_id,
         "experiment": str(cfg.experiment_name),
         "allocator": str(alloc.name),
-        "allocator_label": allocator_label(str(alloc.name), alloc.get("reserve"), hydra_choice()),
+        "allocator_label": allocator_label(str(alloc.name), alloc.get("reserve"), hydra_choice(), alloc),
         "reserve": alloc.get("reserve"),
         "block_size": int(alloc.block_size) if alloc.get("block_size") is not None else (
             prep.allocator.block_size if alloc.name == "vattention" else None),  # vattention: auto

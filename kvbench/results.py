@@ -122,15 +122,35 @@ def _encode_nonfinite(row: dict[str, object]) -> dict[str, object]:
     return out
 
 
+class NonfiniteError(ValueError):
+    """A ``nonfinite`` field that is not ``KEY=inf``/``KEY=-inf`` items (a hand-edited row)."""
+
+
+_NONFINITE_VALUES = {"inf": math.inf, "+inf": math.inf, "-inf": -math.inf, "infinity": math.inf,
+                     "-infinity": -math.inf, "nan": math.nan}
+
+
 def decode_nonfinite(row: dict[str, object]) -> dict[str, object]:
-    """Put back the infinities that ``nonfinite`` names (the inverse of the writer's encoding)."""
-    named = row.get(NONFINITE_COLUMN)
-    if not isinstance(named, str) or not named:
+    """Put back the infinities that ``nonfinite`` names (the inverse of the writer's encoding).
+
+    An empty or null field names nothing (dropped). Anything else that is not comma-separated
+    ``KEY=inf`` / ``KEY=-inf`` items naming a null column raises NonfiniteError (one line)."""
+    if NONFINITE_COLUMN not in row:
         return row
+    named = row[NONFINITE_COLUMN]
     out = {k: v for k, v in row.items() if k != NONFINITE_COLUMN}
+    if named is None or named == "":
+        return out
+    if not isinstance(named, str):
+        raise NonfiniteError(f"nonfinite field {named!r} is not a string of KEY=inf items")
     for item in named.split(","):
-        key, _, value = item.partition("=")
-        out[key] = float(value)
+        key, sep, value = item.strip().partition("=")
+        number = _NONFINITE_VALUES.get(value.strip().lower())
+        if not sep or not key or number is None:
+            raise NonfiniteError(f"nonfinite field {named!r}: {item!r} is not KEY=inf or KEY=-inf")
+        if out.get(key) is not None:
+            raise NonfiniteError(f"nonfinite field {named!r}: {key} holds {out[key]!r}, not null")
+        out[key] = number
     return out
 
 
@@ -254,6 +274,10 @@ def _write_all(fd: int, data: bytes) -> None:
 # ----------------------------------------------------------------------------- reading
 
 
+class IndexLineError(ValueError):
+    """An index line that is a JSON object yet cannot be read as a row (a bad ``nonfinite`` field)."""
+
+
 def load_index(path: str | os.PathLike = DEFAULT_INDEX, dedupe: bool = True, unindexed: bool = True) -> pd.DataFrame:
     """Read the index as one row per run, SUMMARY_COLUMNS first, then run_dir and extras.
 
@@ -287,7 +311,10 @@ def load_index(path: str | os.PathLike = DEFAULT_INDEX, dedupe: bool = True, uni
             if i != last:
                 warnings.warn(f"{path}:{i + 1}: skipping a line that is not a JSON object")
             continue
-        rows.append(decode_nonfinite(obj))
+        try:
+            rows.append(decode_nonfinite(obj))
+        except NonfiniteError as exc:
+            raise IndexLineError(f"{path}:{i + 1}: {exc} (fix or remove that row)") from None
     if unindexed:
         from kvbench.reindex import unindexed_rows
 
@@ -396,9 +423,23 @@ def _groups(table: pd.DataFrame, by: Sequence[str] = ("experiment",)) -> Iterabl
         yield name, table.loc[keys == name].drop(columns=list(by))
 
 
+FORMATS = ("table", "csv", "markdown")
+
+
+class _UsageError(ValueError):
+    """A command line argparse refuses; reported as one line."""
+
+
+class _OneLineParser(argparse.ArgumentParser):
+    """argparse that reports a bad command line as one line (no usage block), exit 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise _UsageError(message)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """``kvbench-results``: print a comparison table of index columns, grouped by experiment."""
-    parser = argparse.ArgumentParser(
+    parser = _OneLineParser(
         prog="kvbench-results", description="Compare runs recorded in the results index."
     )
     parser.add_argument("--index", default=str(DEFAULT_INDEX), help="index file (%(default)s)")
@@ -414,16 +455,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--where", action="append", default=[], metavar="COL OP VALUE",
                         help="keep rows where e.g. allocator_label=orca-max, request_rate>=2 (repeatable)")
     parser.add_argument("--sweep", help="only runs of this sweep directory (results/runs/<experiment>/<sweep>)")
-    parser.add_argument("--format", choices=("table", "csv", "markdown"), default="table")
+    parser.add_argument("--format", choices=FORMATS, default=None, help="table (default), csv or markdown")
     parser.add_argument("--reindex", action="store_true",
                         help="rebuild the index from the finished run dirs under runs/ next to it, then exit")
     parser.add_argument("--clean", action="store_true",
                         help="remove the unfinished run dirs kvbench made whose process is dead, then exit")
     from kvbench.compare import add_arguments, check_sweep_dir, compare_or_export, note_all_null_sort, with_granularity
 
+    from kvbench.compare import check_modes, check_output
+    from kvbench.grouping import GroupingError
+    from kvbench.query import QueryError
+
     add_arguments(parser)
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except _UsageError as exc:
+        print(f"kvbench-results: {exc}", file=sys.stderr)
+        return 2
     index = Path(args.index)
+    try:
+        check_modes(args)
+        if args.output is not None:
+            check_output(args.output, index)
+    except QueryError as exc:
+        print(f"kvbench-results: {exc}", file=sys.stderr)
+        return 2
+    args.format = args.format if args.export else (args.format or "table")
     try:
         check_index_path(index, must_exist=False)
         if args.reindex or args.clean:
@@ -433,7 +490,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"kvbench-results: {exc}", file=sys.stderr)
         return 2
 
-    from kvbench.query import QueryError, in_sweep, sort, where as select, with_labels
+    from kvbench.query import in_sweep, sort, where as select, with_labels
 
     columns = [c.strip() for c in args.columns.split(",") if c.strip()]
     group_by = [c.strip() for c in args.group_by.split(",") if c.strip()]
@@ -448,6 +505,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (OSError, UnicodeDecodeError) as exc:
         print(f"kvbench-results: cannot read {args.index}: {exc}", file=sys.stderr)
         return 2
+    except IndexLineError as exc:
+        print(f"kvbench-results: {exc}", file=sys.stderr)
+        return 2
     if args.experiment is not None:
         df = df[df["experiment"] == args.experiment]
     try:
@@ -460,11 +520,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.compare or args.export:
             return compare_or_export(args, sort(df, sort_keys))
         # --sort orders the rows (groups keep their first appearance); else rows go by group
+        hidden = hidden_settings(df, [*group_by, *columns])
+        if hidden and args.columns == ",".join(DEFAULT_COMPARE_COLUMNS):
+            columns = [*columns, *hidden]
+        elif hidden:
+            print(f"kvbench-results: rows that look alike differ in {', '.join(hidden)} (not shown; "
+                  "add them to --columns)", file=sys.stderr)
         if sort_keys:
             table = compare(sort(df, sort_keys), [*group_by, *columns], by=())
         else:
             table = compare(df, columns, by=group_by)
-    except QueryError as e:
+    except (QueryError, GroupingError) as e:
         print(f"kvbench-results: {e}", file=sys.stderr)
         return 2
     except KeyError as e:
@@ -490,6 +556,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
+def hidden_settings(df: pd.DataFrame, shown: Sequence[str]) -> list[str]:
+    """Settings not shown that tell apart rows alike in every shown setting (one row per run, never
+    averaged; such rows would look like repeats of one config): added to the table's columns."""
+    from kvbench.grouping import is_setting, settings_that_vary, split
+
+    known = [c for c in shown if c in df.columns and is_setting(c)]
+    found: dict[str, None] = {}
+    for part in split(df, known):
+        found.update((c, None) for c in settings_that_vary(part, ignore=[*shown, "granularity", "allocator"]))
+    return list(found)
+
+
 def _maintain(index: Path, clean_dirs: bool, rebuild: bool) -> int:
     """``--clean`` and ``--reindex``: one line on stdout each, or one on stderr and exit 2."""
     try:
@@ -501,7 +579,8 @@ def _maintain(index: Path, clean_dirs: bool, rebuild: bool) -> int:
         if rebuild:
             done = reindex(index)
             notes = [f"{done.kept} kept from outside runs/" if done.kept else "",
-                     f"{done.dropped} dropped (their run dir is gone)" if done.dropped else "",
+                     f"{done.missing} kept whose run dir is gone (remove those lines by hand if the runs "
+                     "are)" if done.missing else "",
                      f"{len(done.unreadable)} unreadable summary.json ({done.unreadable[0]})" if done.unreadable else ""]
             extra = "".join(f"; {n}" for n in notes if n)
             print(f"kvbench-results: {index}: {done.rows} finished runs{extra}; {done.unfinished} unfinished run "

@@ -148,13 +148,36 @@ def sweep_rows(records: Sequence[Mapping], runs, index_path: Path, keys: Sequenc
     return sorted(rows, key=lambda r: [_sort_key(r.get(k)) for k in keys])
 
 
+def unswept_settings(rows: Sequence[Mapping], keys: Sequence[str]) -> list[str]:
+    """Settings that differ between finished jobs with the same swept values (a job rerun with
+    another knob into the same sweep dir): shown as columns so no two rows look alike while they
+    are not (``kvbench.grouping``); nothing is averaged."""
+    import pandas as pd
+
+    from kvbench.grouping import settings_that_vary, split
+
+    done = pd.DataFrame([r for r in rows if r.get("status") == "ok"])
+    if done.empty:
+        return []
+    found: dict[str, None] = {}
+    for part in split(done, [k for k in keys if k in done.columns]):
+        found.update((c, None) for c in settings_that_vary(part, ignore=[*keys, "status", "error"]))
+    return [c for c in found if c not in keys]
+
+
+def table_columns(rows: Sequence[Mapping], keys: Sequence[str]) -> list[str]:
+    """The sweep table's columns: swept keys, any setting that tells alike-looking rows apart,
+    the status and the compared metrics."""
+    return [*keys, *unswept_settings(rows, keys), "status", *METRIC_COLUMNS]
+
+
 def format_sweep_table(rows: Sequence[Mapping], keys: Sequence[str], metric: str | None = None) -> str:
     """The swept keys, status, the compared metrics (and the sweeper's metric); ``-`` where none."""
     import pandas as pd
 
     from kvbench.naming import cell
 
-    columns = [*keys, "status", *METRIC_COLUMNS]
+    columns = table_columns(rows, keys)
     if metric and metric not in columns:
         columns.append(metric)
     if any(r.get("status") == "failed" for r in rows):
@@ -202,4 +225,4 @@ def _log_sweep_table(config: DictConfig, rows: Sequence[Mapping], keys: Sequence
         return
     from kvbench.loggers.sweep_table import log_sweep_table
 
-    log_sweep_table(config, rows, [*keys, "status", *METRIC_COLUMNS])
+    log_sweep_table(config, rows, table_columns(rows, keys))

@@ -2,8 +2,9 @@
 
 The knobs are the summary's extra columns ``n``, ``beam_width`` and ``prefix_len``. A run goes
 into the panel of a knob when it has that knob and the other two are neutral (null, n <= 1,
-beam_width <= 1, prefix_len 0); runs lacking all three are skipped. A panel without runs is
-left out.
+beam_width <= 1, prefix_len 0) and it belongs to the study that varies the knob (same model,
+GPU and rate as the runs with the knob set: the prefix study's L=0 runs are not the n panel's
+n=1 point); runs lacking all three are skipped. A panel without runs is left out.
 """
 from __future__ import annotations
 
@@ -24,6 +25,20 @@ KNOBS = {  # column: (axis label, neutral value)
 }
 
 
+STUDY_COLUMNS = ("model", "gpu_profile", "request_rate")  # what tells the n, beam and prefix studies apart
+
+
+def _of_study(rows: pd.DataFrame, varied: pd.Series) -> pd.Series:
+    """Rows of the study that varies the knob: a neutral run of another study (another model,
+    GPU or rate) is not this panel's point at the neutral value (it would be averaged into it)."""
+    columns = [c for c in STUDY_COLUMNS if c in rows]
+    if not varied.any() or not columns:
+        return pd.Series(True, index=rows.index)
+    studies = set(rows.loc[varied, columns].astype(str).itertuples(index=False, name=None))
+    return pd.Series([tuple(r) in studies for r in rows[columns].astype(str).itertuples(index=False, name=None)],
+                     index=rows.index)
+
+
 def panels(runs: pd.DataFrame) -> dict[str, pd.DataFrame]:
     """The runs of each knob's panel (see the module docstring)."""
     neutral = {}
@@ -36,6 +51,7 @@ def panels(runs: pd.DataFrame) -> dict[str, pd.DataFrame]:
             continue
         others = pd.concat([neutral[k] for k in KNOBS if k != knob], axis=1).all(axis=1)
         rows = runs[runs[knob].notna() & others]
+        rows = rows[_of_study(rows, rows[knob] > KNOBS[knob][1])]
         if not rows.empty:
             out[knob] = rows
     return out
@@ -57,6 +73,7 @@ def draw(index_df: pd.DataFrame, out_dir: str | Path, results_root: str | Path,
     colors = common.palette(order)
     fig, axes = plt.subplots(1, len(by_knob), figsize=(3.4 * len(by_knob), 3.3), squeeze=False)
     for ax, (knob, rows) in zip(axes[0], by_knob.items()):
+        common.check_alike(NAME, rows, [knob, "label"])
         rows = rows.assign(saving_pct=100 * rows["sharing_saving_frac"])
         sns.lineplot(data=rows, x=knob, y="saving_pct", hue="label", hue_order=order,
                      palette=colors, marker="o", errorbar="sd", ax=ax, legend=False)
