@@ -4,10 +4,11 @@ Each step, in this order (as Orca and vLLM do):
 1. running groups, oldest first: pending forks, then one decode token per sequence or the next
    prefill chunk; when the allocator is out of memory, a running group not scheduled yet in
    this step is preempted (by default the most recently arrived; ``engine.preemption_victim``,
-   ``kvbench.engine.victims``) (recompute: freed and requeued at the front; swap: K/V copied to a bounded host
-   pool) and the grow is retried; a group out of memory alone in the pool twice in a row
-   without a new token never fits and is rejected;
-2. swapped groups come back in FCFS order when they fit (groups of several sequences are
+   ``kvbench.engine.victims``): recompute frees it and requeues it at the front (at the back
+   with ``keep_arrival_order`` off); swap copies its K/V to a bounded host pool; then the grow
+   is retried; a group out of memory alone in the pool twice in a row without a new token
+   never fits and is rejected;
+2. swapped groups come back in FCFS order (or the queue order) when they fit (groups of several sequences are
    always swapped out when the host pool has room, as vLLM does);
 3. waiting groups are admitted in the queue order of ``engine.policy`` (FCFS by default;
    ``kvbench.engine.queue_orders``, which also orders swapped groups) within the token budget, ``max_num_seqs`` and the
