@@ -1,7 +1,7 @@
 """The preemption cliff (experiment ``preempt-cliff``): KV budget x victim choice, recompute and
 swap, at a fixed overload.
 
-x: KV cache budget (GB). One line per victim choice and preemption mode. Panels: computed tokens
+x: KV cache budget (GB). One colour per victim choice; solid recompute, dashed swap. Panels: computed tokens
 lost to preemption (recompute only; swap keeps them), preemptions, mean end-to-end latency.
 """
 from __future__ import annotations
@@ -30,11 +30,13 @@ def draw(index_df: pd.DataFrame, out_dir: str | Path, results_root: str | Path,
     means = common.mean_by(runs, ["preemption_victim", "preemption", "kv_bytes"], keys)
     common.setup_style()
     fig, axes = plt.subplots(1, len(PANELS), figsize=(4 * len(PANELS), 3.4))
+    victims = sorted(means["preemption_victim"].unique())
+    colors = dict(zip(victims, plt.rcParams["axes.prop_cycle"].by_key()["color"]))
     for (victim, mode), line in means.groupby(["preemption_victim", "preemption"], sort=True):
         line = line.sort_values("kv_bytes")
         for ax, (key, ylabel, scale) in zip(axes, PANELS):
             ax.plot(line["kv_bytes"] / 1e9, scale * line[key], marker="o" if mode == "recompute" else "s",
-                    linestyle="-" if mode == "recompute" else "--", label=f"{victim} ({mode})")
+                    linestyle="-" if mode == "recompute" else "--", color=colors[victim], label=f"{victim} ({mode})")
             ax.set_ylabel(ylabel)
     for ax in axes:
         ax.set_xlabel("KV cache budget (GB)")

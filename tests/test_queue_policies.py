@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gzip
 import math
+import re
 
 import pytest
 
@@ -18,7 +19,7 @@ from kvbench.engine.victims import make_victim_choice
 from kvbench.requests import Request
 from kvbench.workloads import WorkloadError, build_workload
 from tests.engine_helpers import TokenPoolExecutor, checked_run, make_requests, seq_lookup
-from tests.test_app import kvbench
+from tests.test_app import composed, kvbench
 
 
 def group(rid: int, arrival: float, prompt_len: int = 4, output_len: int = 8, priority: int | None = None,
@@ -254,14 +255,28 @@ def test_a_trace_priority_field_is_read_and_a_missing_one_is_named(tmp_path):
 
 
 # -- the pre-check -------------------------------------------------------------------------
-@pytest.mark.parametrize("override,needle", [
+BAD = [
     ("engine.policy=random", "engine.policy"),
     ("engine.preemption_victim=oldest", "engine.preemption_victim"),
     ("engine.policy=priority", "engine.policy=priority needs a priority"),
     ("engine.preemption_victim=lowest_priority workload=azure_conv", "workload.priority_field"),
     ("engine.policy=sjf engine.sjf_error=-0.5", "engine.sjf_error"),
     ("engine.policy=lpm engine.max_wait_s=0", "engine.max_wait_s"),
-])
+    ("engine.max_wait_s=-3", "engine.max_wait_s"),
+]
+
+
+@pytest.mark.parametrize("override,needle", BAD)
+def test_the_pre_check_refuses_bad_policy_input_naming_the_key(tmp_path, override, needle):
+    from kvbench.app import _errors, check_job
+
+    cfg = composed([*override.split(), "workload.num_requests=5", f"results_dir={tmp_path / 'r'}"])
+    with pytest.raises(_errors(), match=re.escape(needle)):
+        check_job(cfg)
+    assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("override,needle", [BAD[0], BAD[2]])
 def test_bad_policy_input_exits_2_with_one_line_and_writes_nothing(tmp_path, override, needle):
     proc = kvbench(*override.split(), "workload.num_requests=5", f"results_dir={tmp_path / 'r'}", cwd=tmp_path)
     assert proc.returncode == 2, proc.stderr
