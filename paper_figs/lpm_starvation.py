@@ -37,11 +37,15 @@ def draw(index_df: pd.DataFrame, out_dir: str | Path, results_root: str | Path,
     means = common.mean_by(runs, ["order", "request_rate"], keys)
     common.setup_style()
     fig, axes = plt.subplots(1, len(PANELS), figsize=(4 * len(PANELS), 3.4))
+    orders = sorted(means["order"].unique())
+    colors = dict(zip(orders, plt.rcParams["axes.prop_cycle"].by_key()["color"]))  # one per line in every panel
     for order, line in means.groupby("order", sort=True):
         line = line.sort_values("request_rate")
         for ax, (key, ylabel, scale) in zip(axes, PANELS):
             if key in line.columns and line[key].notna().any():
-                ax.plot(line["request_rate"], scale * line[key], marker="o", label=order)
+                aged = "no aging" not in order  # dashed: may coincide with the same order unaged
+                ax.plot(line["request_rate"], scale * line[key], marker="x" if aged else "o",
+                        linestyle="--" if aged else "-", color=colors[order], label=order)
             ax.set_ylabel(ylabel)
     for ax in axes:
         ax.set_xlabel("request rate (req/s)")

@@ -20,6 +20,10 @@ PANELS = (("mean_e2e_s", "mean E2E (s)", 1.0), ("p99_e2el_ms", "P99 E2E (s)", 1e
           ("jain_fairness_normalized_latency", "Jain fairness (norm. latency)", 1.0),
           ("prio0_p99_ttft_s", "P99 TTFT, urgent class (s)", 1.0))
 ORDERS = ("fcfs", "priority", "sjf", "lpm")
+# lpm dashed over the others: without a prefix cache (paged) it coincides with fcfs
+STYLE = {"fcfs": {"marker": "o", "linewidth": 3}, "priority": {"marker": "o"}, "sjf": {"marker": "o"},
+         "lpm": {"marker": "x", "linestyle": "--"}}
+COLORS = dict(zip(ORDERS, ("tab:blue", "tab:orange", "tab:green", "tab:red")))
 
 
 def draw(index_df: pd.DataFrame, out_dir: str | Path, results_root: str | Path,
@@ -41,7 +45,8 @@ def draw(index_df: pd.DataFrame, out_dir: str | Path, results_root: str | Path,
             line = means[means["policy"] == policy].sort_values("request_rate")
             for ax, (key, ylabel, scale) in zip(row, PANELS):
                 if key in line.columns and line[key].notna().any():
-                    ax.plot(line["request_rate"], scale * line[key], marker="o", label=policy)
+                    ax.plot(line["request_rate"], scale * line[key], label=policy, color=COLORS[policy],
+                            **STYLE.get(policy, {}))
                 ax.set_ylabel(ylabel)
         for ax in row:
             ax.set_xlabel(f"request rate (req/s), {name}")
