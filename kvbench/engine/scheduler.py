@@ -8,11 +8,13 @@ Each step, in this order (as Orca and vLLM do):
    with ``keep_arrival_order`` off); swap copies its K/V to a bounded host pool; then the grow
    is retried; a group out of memory alone in the pool twice in a row without a new token
    never fits and is rejected;
-2. swapped groups come back in FCFS order (or the queue order) when they fit (groups of several sequences are
+2. swapped groups come back in queue order when they fit (groups of several sequences are
    always swapped out when the host pool has room, as vLLM does);
-3. waiting groups are admitted in the queue order of ``engine.policy`` (FCFS by default;
-   ``kvbench.engine.queue_orders``, which also orders swapped groups) within the token budget, ``max_num_seqs`` and the
-   allocator, unless a group was preempted this step or swapped groups wait.
+3. waiting groups are admitted in queue order within the token budget, ``max_num_seqs`` and
+   the allocator, unless a group was preempted this step or swapped groups wait.
+
+The queue order is ``engine.policy`` (``kvbench.engine.queue_orders``): FCFS by default, which
+never reorders (arrivals at the back, groups preempted by recompute at the front).
 
 A preempted group comes back with its sharing (``kvbench.engine.restore``): one sequence is
 admitted, the others fork from it where their tokens part, swapped-in slots come back once, and
