@@ -180,6 +180,11 @@ class Allocator(abc.ABC):
             raise AllocatorError(f"unknown sequence {seq_id}")
         return seq
 
+    def cached_prefix_len(self, tokens: Sequence[int]) -> int:
+        """How many leading ``tokens`` an admit now would find cached (read-only; the
+        longest-prefix-match queue order asks it). 0 for allocators without a prefix cache."""
+        return 0
+
     def take_page_ops(self) -> tuple[int, int]:
         """(page groups mapped, unmapped) since the last call; virtual-memory strategies only."""
         return 0, 0

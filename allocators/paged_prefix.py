@@ -102,6 +102,20 @@ class PagedPrefixAllocator(PagedAllocator):
             free[b] = None
             free.move_to_end(b, last=False)
 
+    def cached_prefix_len(self, tokens: Sequence[int]) -> int:
+        """Leading tokens of ``tokens`` whose full blocks the cache holds now (as admit would hit)."""
+        bs = self.block_size
+        parent, hits = ROOT_HASH, 0
+        for i in range((len(tokens) - 1) // bs if tokens else 0):
+            key = (parent, tuple(tokens[i * bs : (i + 1) * bs]))
+            h = self._hash_block(*key)
+            block = self._hash_to_block.get(h)
+            if block is None or self._block_key[block] != key:
+                break
+            hits += 1
+            parent = h
+        return hits * bs
+
     # -- lifecycle -------------------------------------------------------------------------
     def admit(self, seq_id: int, prompt: Sequence[int], max_len: int, final_len: int | None = None) -> Admission:
         refusal = self._refuse(seq_id, prompt, max_len, final_len)

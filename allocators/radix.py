@@ -251,6 +251,12 @@ class RadixAllocator(PagedAllocator):
         self._free.free.append(own)
 
     # -- lifecycle -------------------------------------------------------------------------------
+    def cached_prefix_len(self, tokens: Sequence[int]) -> int:
+        """Leading tokens of ``tokens`` whose whole pages the tree holds now (as admit would hit)."""
+        tokens = list(tokens)
+        _, blocks = self._match(tokens, (len(tokens) - 1) // self.block_size if tokens else 0)
+        return len(blocks) * self.block_size
+
     def admit(self, seq_id: int, prompt: Sequence[int], max_len: int, final_len: int | None = None) -> Admission:
         refusal = self._refuse(seq_id, prompt, max_len, final_len)
         if refusal is not None:

@@ -36,6 +36,7 @@ from allocators import AllocatorError, build as build_allocator
 from kvbench.config import CONF_DIR, ConfigError, validate
 from kvbench.engine import Engine, SchedulerConfig
 from kvbench.engine.policies import scheduler_class
+from kvbench.engine.policy_checks import check_priorities, policy_knobs
 from kvbench.geometry import KVGeometry
 from kvbench import signals
 from kvbench.rundir import discard, discard_sweep, hold_run_lock
@@ -130,6 +131,7 @@ def prepare(cfg: DictConfig) -> Prepared:
     kv_bytes, device, gpu_profile = _kv_bytes(cfg)
     num_slots, allocator = _allocator(cfg, geometry, kv_bytes)
     workload = _workload(cfg)
+    check_priorities(cfg, workload.requests)
     if cfg.backend.name == "sim":
         from kvbench.executors.sim import SimExecutor
 
@@ -223,6 +225,7 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None, logger=None, run_id:
         swap_slots=int(float(eng.swap_space_bytes or 0) // prep.geometry.bytes_per_slot),
         max_model_len=int(cfg.model.max_model_len),
         stop_token_ids=_stop_token_ids(cfg, prep),
+        **policy_knobs(cfg),
     )
     progress = _progress_bar(cfg, len(requests), _job_label(cfg))
     wall0 = time.perf_counter()
@@ -478,6 +481,7 @@ def check_job(cfg: DictConfig) -> None:
     workload = _workload(cfg)
     check_dataset(cfg, workload)
     check_servable(cfg, workload.requests)
+    check_priorities(cfg, workload.requests)
 
 
 def check_composed(cfg: DictConfig, base: DictConfig) -> None:

@@ -108,6 +108,10 @@ RULES: list[Rule] = [
     Rule("engine.memmap_every", "int", low=0),
     Rule("engine.debug", "bool"),
     Rule("engine.chunked_prefill", "bool"),
+    # scheduling and preemption policy (kvbench/engine/queue_orders.py, victims.py)
+    Rule("engine.max_wait_s", "number", above=0, high=MAX_WAIT_S, optional=True, when=_has("engine.max_wait_s")),
+    Rule("engine.sjf_error", "number", low=0, high=10, when=_has("engine.sjf_error")),
+    Rule("engine.keep_arrival_order", "bool", when=_has("engine.keep_arrival_order")),
     # workload knobs every workload takes
     Rule("workload.num_requests", "int", low=1, optional=True, when=_has("workload.num_requests")),
     Rule("workload.request_rate", "number", low=MIN_RATE, allow_inf=True, when=_has("workload.request_rate")),
@@ -216,6 +220,8 @@ def _check_request_count(cfg) -> None:
 CHOICES: dict[str, tuple[str, ...]] = {  # string knobs no other check reads before the run
     "model.load": ("dummy", "pretrained"),
     "backend.torch_attention": ("batched", "reference"),
+    "engine.policy": ("fcfs", "priority", "sjf", "lpm"),
+    "engine.preemption_victim": ("newest", "lowest_priority", "least_computed", "most_blocks"),
 }
 
 

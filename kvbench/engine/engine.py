@@ -15,6 +15,7 @@ import pandas as pd
 from allocators.base import Allocator
 from kvbench.batch import StepBatch, StepResult
 from kvbench.engine.concurrency import ConcurrencyGate
+from kvbench.engine.policy_metrics import policy_summary
 from kvbench.engine.recorder import Recorder, requests_frame, summarize
 from kvbench.engine.scheduler import Scheduler, SchedulerConfig
 from kvbench.engine.sequence import Group, GroupStatus, Seq
@@ -73,6 +74,7 @@ class Engine:
                     now = pending[next_arrival].arrival_s
                 continue
             t0 = time.perf_counter()
+            sched.now = now
             batch = sched.schedule()
             running_requests = len(sched.running)  # during this step, prompt-only steps included
             if not batch.chunks and not batch.swap_out and not batch.swap_in:
@@ -130,6 +132,7 @@ class Engine:
         reqs = requests_frame(groups)
         summary = summarize(steps, reqs, num_preemptions=sched.num_preemptions,
                             prefix_hit_rate=self.allocator.stats().get("prefix_hit_rate"))
+        summary |= policy_summary(reqs, sched.cfg)
         outputs = {g.request_id: self._outputs_of(g) for g in groups if g.status is GroupStatus.FINISHED}
         memmap = None
         if self._snapshots:
@@ -304,4 +307,4 @@ def next_turn(request: Request, tokens: list[int], now: float) -> Request:
     """The conversation's next turn: this turn's prompt and generated tokens, then the user's."""
     follow: FollowUp = request.follow_up
     return Request(follow.request_id, tokens + follow.user_ids, follow.output_len, now + follow.think_s,
-                   request.n, request.beam_width, follow.next)
+                   request.n, request.beam_width, follow.next, request.priority)

@@ -117,6 +117,9 @@ def requests_frame(groups: list[Group]) -> pd.DataFrame:
             "normalized_latency_s": e2e / generated if finished else math.nan,
             "max_itl_s": float(itls.max()) if len(itls) else math.nan,  # the longest stall
             "token_times_s": token_times,  # per sample (best beam first): when each output token was emitted
+            "priority": r.priority,  # its scheduling class; None where the workload gives none
+            "queue_wait_s": g.queue_wait_s,  # seconds queued (waiting or swapped), over all its stays
+            "lost_tokens": g.lost_tokens,  # computed tokens its preemptions by recompute discarded
         })
     return pd.DataFrame(rows)
 
