@@ -23,11 +23,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from kvbench.plot_data import (PlotError, check_columns, is_numeric, load_runs, select, series_points,
+from kvbench.plot_data import (PlotError, check_columns, combine, is_numeric, load_runs, select, series_points,
                                steps_points)
 from kvbench.grouping import SETTING_COLUMNS
 
 FORMATS = ("png", "svg")
+METRIC_FACET = "metric"  # --facet metric: a panel per --y metric, each with its own scale
 MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*", "h", "<", ">", "p")
 HATCHES = ("", "//", "..", "xx", "\\\\", "--", "++", "oo", "||", "**")
 CONTEXT = (("model", "model"), ("gpu_profile", "GPU"), ("workload", "workload"), ("request_rate", "rate"))
@@ -73,19 +74,19 @@ def context_line(runs: pd.DataFrame) -> str:
 def points_for(spec: PlotSpec, runs: pd.DataFrame, index_path: Path) -> pd.DataFrame:
     """The checked selection of ``runs`` reduced to the figure's points."""
     if spec.table == "steps":
-        check_columns(runs, [c for c in (spec.hue, spec.facet) if c], "--hue/--facet")
         return steps_points(runs, index_path, spec.x, spec.y, spec.hue, spec.facet)
     check_columns(runs, [spec.x], "--x")
     check_columns(runs, spec.y, "--y")
-    if spec.hue:
-        check_columns(runs, [spec.hue], "--hue")
-    if spec.facet:
-        check_columns(runs, [spec.facet], "--facet")
+    runs, hue, hue_parts = combine(runs, spec.hue, "--hue")
+    facets = [c.strip() for c in (spec.facet or "").split(",") if c.strip()]
+    facet_metric = METRIC_FACET in facets and METRIC_FACET not in runs.columns
+    runs, facet, facet_parts = combine(runs, ",".join(c for c in facets if not (facet_metric and c == METRIC_FACET)),
+                                       "--facet")
     for y in spec.y:
         if not is_numeric(runs[y]):
             raise PlotError(f"--y: {y} is not a numeric column of the selected runs")
     x_is_setting = spec.x in SETTING_COLUMNS or not is_numeric(runs[spec.x])
-    return series_points(runs, spec.x, spec.y, spec.hue, spec.facet, x_is_setting)
+    return series_points(runs, spec.x, spec.y, hue, facet, x_is_setting, [*hue_parts, *facet_parts], facet_metric)
 
 
 def _style(series: list[str]) -> dict[str, tuple[object, str, str]]:
@@ -140,9 +141,11 @@ def draw(points: pd.DataFrame, spec: PlotSpec, context: str):
         if spec.logy:
             ax.set_yscale("log")
         ax.set_xlabel(axis_label(spec.x))
-        ax.set_ylabel(axis_label(spec.y[0]) if len(spec.y) == 1 else "value")
+        metric = str(facet).rsplit(", ", 1)[-1]
+        ax.set_ylabel(axis_label(spec.y[0]) if len(spec.y) == 1 else axis_label(metric) if metric in spec.y else "value")
         if spec.facet:
-            ax.set_title(f"{spec.facet} = {facet}", fontsize=9)
+            by_metric = METRIC_FACET in spec.facet.split(",")
+            ax.set_title(str(facet) if by_metric else f"{spec.facet} = {facet}", fontsize=9)
         ax.grid(True, alpha=0.3)
     for ax in list(axes.flat)[len(facets):]:
         ax.set_visible(False)
@@ -152,8 +155,9 @@ def draw(points: pd.DataFrame, spec: PlotSpec, context: str):
         handles = [Line2D([], [], color=style[s][0], marker=style[s][1], label=s) for s in series]
     title = spec.title or f"{', '.join(spec.y)} against {spec.x}"
     fig.suptitle(f"{title}\n{context}", fontsize=10)
-    legend_title = spec.hue if spec.hue and len(spec.y) == 1 else None
-    fig.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 0.93), title=legend_title, fontsize=8,
+    by_metric = METRIC_FACET in (spec.facet or "").split(",")
+    legend_title = spec.hue if spec.hue and (len(spec.y) == 1 or by_metric) else None
+    fig.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 0.88), title=legend_title, fontsize=8,
                frameon=False)
     fig.tight_layout(rect=(0, 0, 1, 0.97))
     return fig
@@ -199,11 +203,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("source", help="an index file, a results folder (its index.jsonl) or a sweep's directory")
     p.add_argument("--x", required=True, help="the column on the x axis (a setting or a metric)")
     p.add_argument("--y", required=True, help="the metric(s) on the y axis, comma-separated")
-    p.add_argument("--hue", default="allocator_label", help="one line per value of this column "
-                   "(default %(default)s; 'none' for a single series)")
-    p.add_argument("--facet", help="one panel per value of this column")
+    p.add_argument("--hue", default="allocator_label", help="one line per value of this column, or of "
+                   "several (allocator_label,n) (default %(default)s; 'none' for a single series)")
+    p.add_argument("--facet", help="one panel per value of this column (or of several: model,workload; "
+                   "'metric': a panel per --y metric)")
     p.add_argument("--where", action="append", default=[], metavar="COND",
-                   help="keep runs meeting COND (COL=V, COL!=V, COL>V, ...); repeatable")
+                   help="keep runs meeting COND (COL=V, COL!=V, COL>V, ..., COL~PATTERN a shell pattern); repeatable")
     p.add_argument("--logx", action="store_true", help="log x axis")
     p.add_argument("--logy", action="store_true", help="log y axis")
     p.add_argument("--table", choices=("summary", "steps"), default="summary",

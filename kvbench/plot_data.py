@@ -78,11 +78,23 @@ def check_columns(frame: pd.DataFrame, columns: Sequence[str], flag: str) -> Non
 
 
 def select(runs: pd.DataFrame, conditions: Sequence[str]) -> pd.DataFrame:
-    """The rows meeting every ``--where`` condition; an empty selection is an error."""
+    """The rows meeting every ``--where`` condition (those of ``kvbench-results``, and
+    ``COL~PATTERN``: the value matches a shell pattern, ``experiment~paper-rate-*``); an empty
+    selection is an error."""
+    import fnmatch
+
     from kvbench.query import QueryError, where
 
+    plain = [c for c in conditions if "~" not in c.split("=", 1)[0] or "=" in c.split("~", 1)[0]]
+    picked = runs
+    for cond in conditions:
+        if cond in plain:
+            continue
+        column, pattern = (part.strip() for part in cond.split("~", 1))
+        check_columns(runs, [column], "--where")
+        picked = picked[picked[column].map(lambda v: fnmatch.fnmatchcase(_text(v), pattern))]
     try:
-        picked = where(runs, conditions)
+        picked = where(picked, plain)
     except QueryError as exc:
         raise PlotError(str(exc)) from None
     if picked.empty:
@@ -129,15 +141,30 @@ def _text(value: object) -> str:
     return cell(value)
 
 
+def combine(frame: pd.DataFrame, columns: str | None, flag: str) -> tuple[pd.DataFrame, str | None, list[str]]:
+    """``--hue`` or ``--facet`` of one column or several (``model,workload``: one value per
+    combination, in a column of that name); the frame, the name to group by and its columns."""
+    if not columns:
+        return frame, None, []
+    parts = [c.strip() for c in columns.split(",") if c.strip()]
+    check_columns(frame, parts, flag)
+    if len(parts) == 1:
+        return frame, parts[0], parts
+    name = ",".join(parts)
+    joined = frame[parts].apply(lambda row: ", ".join(_text(v) for v in row), axis=1)
+    return frame.assign(**{name: joined}), name, parts
+
+
 def series_points(frame: pd.DataFrame, x: str, ys: Sequence[str], hue: str | None, facet: str | None,
-                  x_is_setting: bool) -> pd.DataFrame:
-    """Long table of points: facet, series, x, y mean, y spread (sd over runs), runs, point label.
+                  x_is_setting: bool, drawn_also: Sequence[str] = (), facet_metric: bool = False) -> pd.DataFrame:
+    """Long table of points: facet, series, x, y mean, y spread (sd over runs), runs.
+    With ``facet_metric`` each metric of ``ys`` has panels of its own.
 
     Runs at one point of one series are averaged only when they differ in nothing but the seed.
     With x a setting, a series has one point per x value; with x a metric (throughput against
     latency, say) each combination of the settings that vary within the series is its own point.
     """
-    drawn = [c for c in (x, hue, facet) if c]
+    drawn = [c for c in (x, hue, facet, *drawn_also) if c]
     rows = []
     groups = [c for c in (facet, hue) if c]
     for keys, part in (frame.groupby([frame[c].map(_text) for c in groups], sort=False, dropna=False)
@@ -164,10 +191,13 @@ def series_points(frame: pd.DataFrame, x: str, ys: Sequence[str], hue: str | Non
                 if yv.empty:
                     continue
                 series = named.get(hue, "") if hue else ""
-                if len(ys) > 1:
+                panel = named.get(facet, "") if facet else ""
+                if facet_metric:  # a panel per metric: the series are the hue's values alone
+                    panel = f"{panel}, {y}" if panel else y
+                elif len(ys) > 1:
                     series = f"{series} / {y}" if series else y
                 rows.append({
-                    "facet": named.get(facet, "") if facet else "",
+                    "facet": panel,
                     "series": series or y,
                     "x": float(xv.mean()) if xv is not None else _text(runs[x].iloc[0]),
                     "y": float(yv.mean()),
@@ -185,6 +215,8 @@ def steps_points(runs: pd.DataFrame, index_path: Path, x: str, ys: Sequence[str]
     never an average over runs; a long run is thinned to ``max_points`` evenly spaced steps."""
     from kvbench.sweep import _absolute
 
+    runs, hue, hue_parts = combine(runs, hue, "--hue")
+    runs, facet, facet_parts = combine(runs, facet, "--facet")
     groups = [c for c in (facet, hue) if c]
     if groups:
         counts = runs.groupby([runs[c].map(_text) for c in groups], dropna=False).size()
