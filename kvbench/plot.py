@@ -218,11 +218,16 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def spec_of(args: argparse.Namespace) -> PlotSpec:
+    """The figure the command line asks for."""
+    hue = None if str(args.hue).lower() in ("none", "") else args.hue
+    return PlotSpec(x=args.x, y=_columns(args.y), hue=hue, facet=args.facet, where=list(args.where),
+                    logx=args.logx, logy=args.logy, table=args.table, title=args.title)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    hue = None if str(args.hue).lower() in ("none", "") else args.hue
-    spec = PlotSpec(x=args.x, y=_columns(args.y), hue=hue, facet=args.facet, where=list(args.where),
-                    logx=args.logx, logy=args.logy, table=args.table, title=args.title)
+    spec = spec_of(args)
     try:
         if not spec.y:
             raise PlotError("--y: give at least one metric")

@@ -43,10 +43,10 @@ class RunProgress:
     """A run's bar: requests done of the total, simulated seconds, wall time left (tqdm's ETA
     from the requests' pace). The engine calls ``update_to`` after every step."""
 
-    def __init__(self, total: int, desc: str, stream: TextIO | None = None) -> None:
+    def __init__(self, total: int, desc: str, stream: TextIO | None = None, delay: float = 2.0) -> None:
         from tqdm.auto import tqdm
 
-        self.bar = tqdm(total=total, desc=desc, unit="req", delay=2.0, leave=False,
+        self.bar = tqdm(total=total, desc=desc, unit="req", delay=delay, leave=False,
                         file=stream if stream is not None else sys.stderr,
                         postfix=["0.0"],
                         bar_format="{desc}: {n_fmt}/{total_fmt} req |{bar:20}| sim {postfix[0]} s "
