@@ -43,7 +43,7 @@ def _draw(name: str, tmp_path) -> None:
     assert [p.suffix for p in written] == [".png", ".svg"]
 
 
-@pytest.mark.parametrize("name", ["batch_size", "vattention_pages"])
+@pytest.mark.parametrize("name", ["vattention_pages"])
 def test_a_sample_of_the_commands_draws(name, tmp_path):
     _draw(name, tmp_path)
 
