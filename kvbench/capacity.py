@@ -203,8 +203,9 @@ def capacity(overrides: Sequence[str], slo_text: str, knob: str = "request_rate"
     integer = knob == "max_concurrency"
     tolerance = tolerance if tolerance is not None else (1.0 if integer else 0.1)
     if not (low > 0 and high >= low and tolerance > 0 and growth > 1) or (integer and low != int(low)):
+        whole = " and a whole low" if integer else ""
         raise CapacityError(f"--low, --high, --tolerance, --growth: need 0 < low <= high, tolerance > 0, growth > 1"
-                            f"{' and a whole low' if integer else ''}; got {low:g}, {high:g}, {tolerance:g}, {growth:g}")
+                            f"{whole}; got {low:g}, {high:g}, {tolerance:g}, {growth:g}")
     allocators, rest = split_allocators(overrides, knob)
     answers: list[Answer] = []
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):

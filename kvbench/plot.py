@@ -142,7 +142,8 @@ def draw(points: pd.DataFrame, spec: PlotSpec, context: str):
             ax.set_yscale("log")
         ax.set_xlabel(axis_label(spec.x))
         metric = str(facet).rsplit(", ", 1)[-1]
-        ax.set_ylabel(axis_label(spec.y[0]) if len(spec.y) == 1 else axis_label(metric) if metric in spec.y else "value")
+        shown = spec.y[0] if len(spec.y) == 1 else metric if metric in spec.y else None
+        ax.set_ylabel(axis_label(shown) if shown else "value")
         if spec.facet:
             by_metric = METRIC_FACET in spec.facet.split(",")
             ax.set_title(str(facet) if by_metric else f"{spec.facet} = {facet}", fontsize=9)

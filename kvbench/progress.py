@@ -18,7 +18,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TextIO
 
-START_FILE = "multirun.start"  # in the sweep's .jobs/ (not *.json: those are job records): when the multirun began and how many jobs it has
+# in the sweep's .jobs/ (not *.json: those are job records): when the multirun began, how many jobs
+START_FILE = "multirun.start"
 
 
 def wanted(flag: object, stream: TextIO | None = None) -> bool:

@@ -85,7 +85,8 @@ def meets(summary: Mapping[str, object], slo: SLO) -> tuple[bool, str]:
     values = {m: measured(summary, m) for m in slo.bounds}
     shown = ", ".join(f"{m}={v:.4g}" for m, v in values.items())
     if summary.get("num_rejected") or not summary.get("num_finished"):
-        return False, f"{shown}; {summary.get('num_rejected') or 0} rejected, {summary.get('num_finished') or 0} finished"
+        rejected, finished = summary.get("num_rejected") or 0, summary.get("num_finished") or 0
+        return False, f"{shown}; {rejected} rejected, {finished} finished"
     ok = all(not math.isnan(v) and (v >= slo.bounds[m] if m == GOODPUT else v <= slo.bounds[m])
              for m, v in values.items())
     return ok, shown

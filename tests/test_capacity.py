@@ -60,7 +60,8 @@ def test_bad_slos_are_one_line(text, message):
 
 def test_an_slo_holds_on_every_bound_and_never_on_a_run_that_served_nothing():
     slo = parse_slo("p99_ttft_ms=100,goodput=0.9", goodput_set=True)
-    run = {"p99_ttft_ms": 80.0, "request_goodput": 9.5, "request_throughput": 10.0, "num_finished": 5, "num_rejected": 0}
+    run = {"p99_ttft_ms": 80.0, "request_goodput": 9.5, "request_throughput": 10.0, "num_finished": 5,
+           "num_rejected": 0}
     assert meets(run, slo)[0]
     assert not meets({**run, "request_goodput": 8.0}, slo)[0]
     assert not meets({**run, "num_finished": 0}, slo)[0]

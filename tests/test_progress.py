@@ -3,9 +3,7 @@ with progress=false, in CI or where stderr is not a terminal."""
 from __future__ import annotations
 
 import io
-import json
 
-import pytest
 from omegaconf import OmegaConf
 
 from kvbench.progress import RunProgress, clock, count_jobs, job_line, note_multirun_start, read_start, wanted
