@@ -160,8 +160,25 @@ def draw(points: pd.DataFrame, spec: PlotSpec, context: str):
     legend_title = spec.hue if spec.hue and (len(spec.y) == 1 or by_metric) else None
     fig.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 0.88), title=legend_title, fontsize=8,
                frameon=False)
+    same = coinciding(points)
+    if same:  # lines drawn on top of each other: say which, so that no series is hidden unseen
+        fig.text(0.01, 0.0, "drawn over each other (equal at every point): " + "; ".join(", ".join(g) for g in same),
+                 fontsize=8, va="top")
     fig.tight_layout(rect=(0, 0, 1, 0.97))
     return fig
+
+
+def coinciding(points: pd.DataFrame) -> list[list[str]]:
+    """Groups of series whose points are equal (to 4 significant digits) in every panel."""
+    shapes: dict[str, tuple] = {}
+    for name, part in points.groupby("series", sort=False):
+        ordered = part.sort_values(["facet", "x"], key=lambda c: c.astype(str))
+        shapes[name] = tuple((f, str(x), float(f"{y:.4g}")) for f, x, y in zip(ordered["facet"], ordered["x"],
+                                                                                ordered["y"]))
+    groups: dict[tuple, list[str]] = {}
+    for name, shape in shapes.items():
+        groups.setdefault(shape, []).append(str(name))
+    return [names for names in groups.values() if len(names) > 1]
 
 
 def save(fig, out: Path) -> list[Path]:

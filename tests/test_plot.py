@@ -109,3 +109,17 @@ def test_a_sweep_dir_selects_its_own_runs(results):
                   pd.DataFrame(), pd.DataFrame(), results / "index.jsonl")
     loaded = load_runs(sweep)
     assert sorted(loaded.runs["run_id"]) == ["s-1.0", "s-2.0"] and loaded.what.startswith("sweep")
+
+
+def test_series_drawn_over_each_other_are_named_under_the_figure(results):
+    for rate in (1.0, 2.0, 4.0):
+        for seed in (0, 1):
+            _run(results, f"twin-{rate}-{seed}", allocator="paged_prefix", allocator_label="paged_prefix",
+                 block_size=16, request_rate=rate, seed=seed, request_throughput=3.0 * rate + seed,
+                 p99_ttft_ms=100.0 / rate)
+    loaded = load_runs(results)
+    spec = PlotSpec(x="request_rate", y=["request_throughput"])
+    fig = draw(points_for(spec, loaded.runs, loaded.index_path), spec, "")
+    notes = [t.get_text() for t in fig.texts if t is not fig._suptitle]
+    assert notes == ["drawn over each other (equal at every point): paged, paged_prefix"]
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == ["orca-max", "paged", "paged_prefix"]
