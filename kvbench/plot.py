@@ -23,9 +23,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from kvbench.plot_data import (PlotError, check_columns, combine, is_numeric, load_runs, select, series_points,
-                               steps_points)
-from kvbench.grouping import SETTING_COLUMNS
+from kvbench.plot_data import (PlotError, check_columns, combine, is_numeric, is_setting, load_runs, select,
+                               series_points, steps_points)
 
 FORMATS = ("png", "svg")
 METRIC_FACET = "metric"  # --facet metric: a panel per --y metric, each with its own scale
@@ -85,7 +84,7 @@ def points_for(spec: PlotSpec, runs: pd.DataFrame, index_path: Path) -> pd.DataF
     for y in spec.y:
         if not is_numeric(runs[y]):
             raise PlotError(f"--y: {y} is not a numeric column of the selected runs")
-    x_is_setting = spec.x in SETTING_COLUMNS or not is_numeric(runs[spec.x])
+    x_is_setting = is_setting(spec.x) or not is_numeric(runs[spec.x])
     return series_points(runs, spec.x, spec.y, hue, facet, x_is_setting, [*hue_parts, *facet_parts], facet_metric)
 
 

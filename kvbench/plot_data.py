@@ -130,6 +130,12 @@ def same_config_but_seed(runs: pd.DataFrame) -> bool:
     return len(configs) == 1 and None not in configs
 
 
+def is_setting(column: str) -> bool:
+    """Whether the comparison rule counts ``column`` as a setting (asked of
+    ``settings_that_vary`` itself, its only interface: two rows that differ in that column)."""
+    return column != "seed" and column in settings_that_vary(pd.DataFrame({column: ["a", "b"]}))
+
+
 def is_numeric(column: pd.Series) -> bool:
     values = pd.to_numeric(column.dropna(), errors="coerce")
     return len(values) > 0 and bool(values.notna().all()) and not pd.api.types.is_bool_dtype(column)

@@ -25,10 +25,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from kvbench.grouping import SETTING_COLUMNS, settings_that_vary
+from kvbench.grouping import settings_that_vary
 from kvbench.naming import cell
 from kvbench.plot import PlotSpec, context_line, draw, points_for
-from kvbench.plot_data import PlotError, check_columns, is_numeric, load_runs, select
+from kvbench.plot_data import PlotError, check_columns, is_numeric, is_setting, load_runs, select
 
 DEFAULT_METRICS = ("request_throughput", "p99_ttft_ms", "p99_tpot_ms", "mean_batch_size")
 TABLE_METRICS = ("request_throughput", "mean_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "p99_tpot_ms",
@@ -78,8 +78,7 @@ def _figure(uri: str, alt: str) -> str:
 
 
 def settings_section(runs: pd.DataFrame, varying: Sequence[str]) -> str:
-    shared = [(c, cell(runs[c].iloc[0])) for c in SETTING_COLUMNS
-              if c in runs.columns and c not in varying and c != "seed"]
+    shared = [(c, cell(runs[c].iloc[0])) for c in runs.columns if c not in varying and is_setting(c)]
     seeds = sorted({cell(v) for v in runs["seed"]}) if "seed" in runs.columns else []
     swept = ", ".join(varying) or "none (the runs share every setting but the seed)"
     return (f"<p>{len(runs)} runs; settings that vary: <b>{html.escape(swept)}</b>; seeds: "
