@@ -390,24 +390,11 @@ def _job_label(cfg: DictConfig) -> str:
     return job or allocator_label(str(cfg.allocator.name), cfg.allocator.get("reserve"), hydra_choice())
 
 
-class _Progress:
-    def __init__(self, bar) -> None:
-        self.bar = bar
+def _progress_bar(cfg: DictConfig, total: int, desc: str):
+    """The run's progress bar (``kvbench.progress``), or None: progress=false, no terminal, CI."""
+    from kvbench.progress import RunProgress, wanted
 
-    def update_to(self, finished: int) -> None:
-        if finished != self.bar.n:
-            self.bar.update(finished - self.bar.n)
-
-    def close(self) -> None:
-        self.bar.close()
-
-
-def _progress_bar(cfg: DictConfig, total: int, desc: str) -> _Progress | None:
-    if not cfg.get("progress", True):
-        return None
-    from tqdm.auto import tqdm
-
-    return _Progress(tqdm(total=total, desc=desc, unit="req", delay=2.0, leave=False, file=sys.stderr))
+    return RunProgress(total, desc) if wanted(cfg.get("progress", True)) else None
 
 
 SHOW_COLUMNS = ("allocator_label", "reserve", "granularity", "workload", "num_finished", "num_rejected",

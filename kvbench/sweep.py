@@ -14,6 +14,8 @@ import json
 import logging
 import math
 import os
+import sys
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -88,8 +90,13 @@ def job_record(config: DictConfig, job_return: Any) -> dict:
             error = str(value.error).splitlines()[0]
         else:
             error = "failed (no finished run)" if not finished else "failed"
+    started = _JOB_STARTS.pop(int(config.hydra.job.num), None)
     return {"num": int(config.hydra.job.num), "pid": os.getpid(), "overrides": list(job_return.overrides or []),
-            "run_dir": str(run_dir.resolve()), "finished": finished and error is None, "error": error}
+            "run_dir": str(run_dir.resolve()), "finished": finished and error is None, "error": error,
+            "wall_s": time.time() - started if started is not None else None}
+
+
+_JOB_STARTS: dict[int, float] = {}  # job num -> when it started, in the job's own process
 
 
 def write_job_record(sweep_dir: Path, record: Mapping[str, object]) -> None:
@@ -187,17 +194,36 @@ def format_sweep_table(rows: Sequence[Mapping], keys: Sequence[str], metric: str
 
 
 class ComparisonTable(Callback):
-    """Records each job's outcome, then prints the comparison table of a multirun's jobs."""
+    """Records each job's outcome (and, at a terminal, prints its progress line), then prints
+    the comparison table of a multirun's jobs."""
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        from kvbench.progress import count_jobs, note_multirun_start
+
+        task = list(config.hydra.overrides.get("task") or [])
+        parallel = OmegaConf.select(config, "hydra.launcher.n_jobs")
+        try:
+            note_multirun_start(Path(str(config.hydra.sweep.dir)) / JOBS_DIR,
+                                count_jobs(task, OmegaConf.select(config, "hydra.sweeper")),
+                                int(parallel) if isinstance(parallel, int) and parallel > 0 else 1)
+        except OSError as exc:  # progress lines then go without a total; the sweep goes on
+            log.warning("could not note the multirun's start: %s", exc)
+
+    def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
+        _JOB_STARTS[int(config.hydra.job.num)] = time.time()
 
     def on_job_end(self, config: DictConfig, job_return: Any, **kwargs: Any) -> None:
         from hydra.types import RunMode
 
         if config.hydra.mode != RunMode.MULTIRUN:
             return
+        sweep_dir = Path(str(config.hydra.sweep.dir))
+        record = job_record(config, job_return)
         try:
-            write_job_record(Path(str(config.hydra.sweep.dir)), job_record(config, job_return))
+            write_job_record(sweep_dir, record)
         except OSError as exc:  # the table then falls back on the index; the job's result stands
             log.warning("could not record job %s for the sweep table: %s", config.hydra.job.num, exc)
+        _print_progress(config, sweep_dir, record)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         import pandas as pd
@@ -217,6 +243,16 @@ class ComparisonTable(Callback):
         log.info("%d run(s) of this sweep%s (%s):\n%s", len(rows), note, sweep_dir,
                  format_sweep_table(rows, keys, metric))
         _log_sweep_table(config, rows, keys)
+
+
+def _print_progress(config: DictConfig, sweep_dir: Path, record: Mapping[str, object]) -> None:
+    """``job 3 of 12 done ...`` on stderr, straight (never into a log), at a terminal only."""
+    from kvbench.progress import job_line, read_start, wanted
+
+    if not wanted(OmegaConf.select(config, "progress", default=True)):
+        return
+    print(job_line(read_job_records(sweep_dir), read_start(sweep_dir / JOBS_DIR), dict(record)),
+          file=sys.stderr, flush=True)
 
 
 def _log_sweep_table(config: DictConfig, rows: Sequence[Mapping], keys: Sequence[str]) -> None:

@@ -54,3 +54,23 @@ def test_check_like_refuses_averaging_unlike_runs():
     check_like(_frame(), ["allocator"])
     with pytest.raises(GroupingError, match="block_size"):
         check_like(_frame(block_size=[16, 32]), ["allocator"])
+
+
+# The contract kvbench-plot relies on
+def test_contract_seed_identity_and_metrics_never_count_as_settings():
+    frame = pd.DataFrame({"run_id": ["a", "b"], "seed": [0, 1], "commit": ["x", "y"], "run_dir": ["1", "2"],
+                          "allocator": ["paged", "paged"], "request_throughput": [1.0, 2.0]})
+    assert settings_that_vary(frame) == []
+
+
+def test_contract_a_setting_that_differs_is_named_unless_ignored():
+    frame = pd.DataFrame({"allocator": ["paged", "buddy"], "request_rate": [1.0, 1.0], "workload": ["a", "b"]})
+    assert settings_that_vary(frame) == ["allocator", "workload"]
+    assert settings_that_vary(frame, ignore=["allocator"]) == ["workload"]
+
+
+def test_contract_a_null_is_a_value_of_its_own_and_numbers_compare_by_value():
+    assert settings_that_vary(pd.DataFrame({"reserve": [None, "max"]})) == ["reserve"]
+    assert settings_that_vary(pd.DataFrame({"reserve": [None, float("nan")]})) == []
+    assert settings_that_vary(pd.DataFrame({"block_size": pd.array([16, None], dtype="Int64")})) == ["block_size"]
+    assert settings_that_vary(pd.DataFrame({"request_rate": [2, 2.0]}, dtype=object)) == []

@@ -37,7 +37,7 @@ class Engine:
     """Runs requests to completion; between two runs only the allocator should change."""
 
     def __init__(self, allocator: Allocator, executor, cfg: SchedulerConfig, *,
-                 max_steps: int | None = None, progress: Callable[[int], None] | None = None,
+                 max_steps: int | None = None, progress: Callable[[int, float], None] | None = None,
                  memmap_every: int = 0, scheduler_cls: type[Scheduler] = Scheduler,
                  max_concurrency: int | None = None) -> None:
         self.allocator = allocator
@@ -124,7 +124,7 @@ class Engine:
                           running_requests=running_requests)
             step += 1
             if self.progress is not None:
-                self.progress(finished)
+                self.progress(finished, now)  # requests done, simulated seconds
             if self.max_steps is not None and step >= self.max_steps:
                 raise RuntimeError(f"engine did not finish within max_steps={self.max_steps}")
         groups += self._unreleased_turns(groups)
