@@ -481,10 +481,12 @@ def check_job(cfg: DictConfig) -> None:
     check_servable(cfg, workload.requests)
 
 
-def check_composed(cfg: DictConfig, base: DictConfig, overrides: list[str] | None = None) -> None:
+def check_composed(cfg: DictConfig, base: DictConfig, overrides: list[str] | None = None,
+                   ignored: dict[str, list[str]] | None = None) -> None:
     """One job's checks: every knob keeps the kind of its default in ``base`` (the job's group
     choices alone, ``kvbench.knob_types``), then ``check_job``, then settings
-    that contradict each other (``kvbench.conflicts``; ``overrides``: the job's command line)."""
+    that contradict each other (``kvbench.conflicts``; ``overrides``: the job's command line). A
+    setting the job ignores raises, or with ``ignored`` (a sweep) is noted there by key."""
     from kvbench.conflicts import check_conflicts
     from kvbench.knob_types import check_knob_types
     from kvbench.sweeper_checks import check_objective
@@ -492,7 +494,12 @@ def check_composed(cfg: DictConfig, base: DictConfig, overrides: list[str] | Non
     check_knob_types(cfg, base)
     check_objective(cfg, required=False)
     check_job(cfg)
-    NOTES.update(dict.fromkeys(check_conflicts(cfg, overrides or [])))
+    notes, refusals = check_conflicts(cfg, overrides or [])
+    NOTES.update(dict.fromkeys(notes))
+    if ignored is None and refusals:
+        raise ConfigError(next(iter(refusals.values())))
+    for key, line in refusals.items():  # a sweep: refused if every job ignores it (precheck)
+        (ignored if ignored is not None else {}).setdefault(key, []).append(line)
 
 
 NOTES: dict[str, None] = {}  # one-line notes of the pre-check (which of two settings wins), in order
@@ -546,6 +553,7 @@ def precheck(argv: list[str]) -> str | None:
             return None
         overrides, multirun = list(args.overrides), bool(args.multirun)
         jobs = _job_overrides(overrides, multirun)
+        ignored: dict[str, list[str]] = {}  # a setting -> the line of each job that ignores it
         with hydra_source(args, overrides) as source:
             SEARCH_DIRS[:] = source.extra_dirs
             bases: dict[tuple[str, ...], DictConfig] = {}
@@ -555,9 +563,12 @@ def precheck(argv: list[str]) -> str | None:
                 groups = tuple(group_overrides(plain, source.group_names()))
                 if groups not in bases:
                     bases[groups] = source.compose(list(groups))
-                check_composed(cfg, bases[groups], job)
+                check_composed(cfg, bases[groups], job, ignored)
                 if num == 0:
                     check_launch(source.compose, overrides, job, multirun)
+            for lines in ignored.values():
+                if len(lines) == len(jobs):
+                    raise ConfigError(lines[0])
             _plan_output_dirs(source, jobs, multirun)
     except _errors() as exc:
         return str(exc).splitlines()[0] if str(exc).strip() else type(exc).__name__

@@ -128,16 +128,18 @@ def _is_set(name: str, keys: set[str]) -> bool:
     return name in keys or (("." not in name) and any(k.startswith(name + ".") for k in keys))
 
 
-def check_conflicts(cfg: DictConfig, overrides: list[str]) -> list[str]:
-    """Raise ConfigError for a command-line setting that another setting of the run overrules;
-    return the one-line notes of settings that both hold but interact (which one wins)."""
+def check_conflicts(cfg: DictConfig, overrides: list[str]) -> tuple[list[str], dict[str, str]]:
+    """The one-line notes of settings that both hold but interact (which one wins), and the
+    refusals: command-line setting -> the line saying which setting overrules it in this config.
+    A sweep refuses a setting only when every job ignores it (``engine.preemption=recompute,swap
+    engine.swap_space_bytes=1e9``: the swap jobs use it; ``kvbench.app.precheck`` counts)."""
     keys = explicit_keys(overrides)
-    notes = []
+    notes, refusals = [], {}
     if {"workload.max_concurrency", "engine.max_num_seqs"} & keys:
         note = _concurrency_note(cfg)
         notes += [note] if note else []
     for conflict in CONFLICTS:
-        if not _is_set(conflict.loser, keys) or not conflict.applies(cfg):
+        if conflict.loser in refusals or not _is_set(conflict.loser, keys) or not conflict.applies(cfg):
             continue
         if "." not in conflict.loser:
             value = f"={cfg[conflict.loser].get('name')}"
@@ -147,8 +149,8 @@ def check_conflicts(cfg: DictConfig, overrides: list[str]) -> list[str]:
             if current is None:
                 continue  # set to null: nothing to ignore
             value = f"={_text(current)}"
-        raise ConfigError(f"{conflict.loser}{value} would be ignored: {conflict.why(cfg)}")
-    return notes
+        refusals[conflict.loser] = f"{conflict.loser}{value} would be ignored: {conflict.why(cfg)}"
+    return notes, refusals
 
 
 def _text(value) -> str:
