@@ -499,7 +499,7 @@ def check_composed(cfg: DictConfig, base: DictConfig, overrides: list[str] | Non
     if ignored is None and refusals:
         raise ConfigError(next(iter(refusals.values())))
     for key, line in refusals.items():  # a sweep: refused if every job ignores it (precheck)
-        (ignored if ignored is not None else {}).setdefault(key, []).append(line)
+        ignored.setdefault(key, []).append(line)
 
 
 NOTES: dict[str, None] = {}  # one-line notes of the pre-check (which of two settings wins), in order
@@ -554,7 +554,7 @@ def precheck(argv: list[str]) -> str | None:
         overrides, multirun = list(args.overrides), bool(args.multirun)
         jobs = _job_overrides(overrides, multirun)
         ignored: dict[str, list[str]] = {}  # a setting -> the line of each job that ignores it
-        with hydra_source(args, overrides) as source:
+        with hydra_source(args, overrides, _hydra_main) as source:
             SEARCH_DIRS[:] = source.extra_dirs
             bases: dict[tuple[str, ...], DictConfig] = {}
             for num, job in enumerate(jobs):

@@ -10,7 +10,7 @@ it), so that a user's own ``gpu/mygpu.yaml`` or ``experiment/mine.yaml`` is chec
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -63,15 +63,10 @@ def _file_dirs(entries) -> list[Path]:
     return dirs
 
 
-def _task_function():
-    from kvbench.app import _hydra_main
-
-    return _hydra_main
-
-
 @contextmanager
-def hydra_source(args, overrides: list[str]) -> Iterator[ConfigSource]:
-    """Hydra's global state composed from what ``hydra.main`` will use for these arguments."""
+def hydra_source(args, overrides: list[str], task_function: Callable) -> Iterator[ConfigSource]:
+    """Hydra's global state composed from what ``hydra.main`` will use for these arguments;
+    ``task_function`` is the app's (a relative ``--config-path`` is relative to its file)."""
     from hydra._internal.hydra import Hydra
     from hydra._internal.utils import (create_automatic_config_search_path,
                                        detect_calling_file_or_module_from_task_function)
@@ -81,7 +76,7 @@ def hydra_source(args, overrides: list[str]) -> Iterator[ConfigSource]:
 
     config_path = args.config_path if args.config_path is not None else str(CONF_DIR)
     validate_config_path(config_path)
-    calling_file, calling_module = detect_calling_file_or_module_from_task_function(_task_function())[:2]
+    calling_file, calling_module = detect_calling_file_or_module_from_task_function(task_function)[:2]
     search_path = create_automatic_config_search_path(calling_file, calling_module, config_path)
     extra: list[Path] = []
     primary = next((p.path for p in search_path.get_path() if p.provider == "main"), "") or ""
