@@ -23,13 +23,14 @@ from kvbench.config import CONF_DIR
 from tests.test_app import ROOT
 
 CASES = cc.cases()
-# the fast tier: every case whose pre-check builds no data workload or hf model, and one case of
-# each (kind, expect) besides; the slow tier runs every case
+# the fast tier: the cases of one job that build no data workload or hf model (the search path
+# through -cd and hydra.searchpath; --config-dir and --config-dir= are the same flag), and one case
+# of each (kind, expect) besides; the slow tier runs the rest
 _HEAVY = ("workload=sharegpt", "workload=azure_conv", "workload=mooncake_conversation", "backend=hf",
           "experiment=paper-pressure", "-m")
 _SAMPLE = {(c.kind, c.expect): c.name for c in reversed(CASES)}
-FAST = [c for c in CASES if not any(a.startswith(_HEAVY) or a == "-m" for a in c.args)
-        or c.name in _SAMPLE.values()]
+FAST = [c for c in CASES if c.name in _SAMPLE.values()
+        or not (any(a.startswith(_HEAVY) for a in c.args) or c.name.endswith(("-config-dir", "-cd-eq")))]
 SLOW = [c for c in CASES if c not in FAST]
 
 

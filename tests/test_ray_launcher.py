@@ -163,3 +163,34 @@ def test_ray_cluster_of_two_nodes_runs_the_sweep_on_both(tmp_path):
     finally:
         _stop(_cluster_pids(port, temp_dir))
         subprocess.run(["rm", "-rf", "--", str(temp_dir)], check=False)
+
+
+@pytest.mark.parametrize("args,error", [
+    (["+hydra.launcher.ray.init.num_cpus=2"], None),
+    (["+hydra.launcher.ray.init.address=auto"], None),
+    (["+hydra.launcher.ray.init.include_dashboard=false", "+hydra.launcher.ray.remote.num_cpus=1"], None),
+    (["+hydra.launcher.ray.init.num_cpus=-2"], "hydra.launcher.ray.init.num_cpus must be an integer >= 0"),
+    (["+hydra.launcher.ray.init.num_cpus=abc"], "hydra.launcher.ray.init.num_cpus must be an integer"),
+    (["+hydra.launcher.ray.init.nmu_cpus=2"], "ray.init takes no such argument"),
+    (["+hydra.launcher.ray.init.include_dashboard=maybe"], "must be true or false"),
+    (["+hydra.launcher.ray.foo=1"], "hydra.launcher.ray.foo: unknown key"),
+], ids=["num-cpus", "address-auto", "remote", "num-cpus-negative", "num-cpus-text", "misspelled", "bool",
+        "unknown-field"])
+def test_ray_settings_are_the_plugins_to_check(args, error, tmp_path):
+    """The pre-check composes ``hydra.launcher`` with the Ray launcher's own config: its open
+    ``ray.init`` takes ``ray.init``'s arguments, of their kinds."""
+    from kvbench.app import precheck
+
+    line = precheck(["-m", "hydra/launcher=ray", *args, "allocator=paged,buddy", "workload.num_requests=5",
+                     f"results_dir={tmp_path / 'r'}"])
+    assert (line is None) if error is None else (line is not None and error in line), line
+    assert not (tmp_path / "r").exists()
+
+
+def test_joining_a_cluster_adds_the_object_store_fix(tmp_path):
+    from kvbench.app import precheck
+    from kvbench.sweeper_checks import ADDED_OVERRIDES
+
+    assert precheck(["-m", "hydra/launcher=ray", "+hydra.launcher.ray.init.address=auto", "allocator=paged,buddy",
+                     f"results_dir={tmp_path / 'r'}"]) is None
+    assert ADDED_OVERRIDES == ["+hydra.launcher.ray.init.object_store_memory=null"]
