@@ -132,10 +132,17 @@ def test_ray_cluster_of_two_nodes_runs_the_sweep_on_both(tmp_path):
     env = _env()
     common = ["--num-cpus=1", "--object-store-memory=100000000", "--disable-usage-stats"]
     try:
-        _ray("start", "--head", f"--port={port}", "--node-ip-address=127.0.0.1", f"--temp-dir={temp_dir}",
-             "--include-dashboard=false", '--resources={"kvb_head": 1}', *common, env=env)
-        _ray("start", f"--address={head}", "--node-ip-address=127.0.0.1", '--resources={"kvb_second": 1}',
-             *common, env=env)
+        for attempt in range(3):  # Ray waits 30 s for a raylet: a busy machine may need another go
+            try:
+                _ray("start", "--head", f"--port={port}", "--node-ip-address=127.0.0.1", f"--temp-dir={temp_dir}",
+                     "--include-dashboard=false", '--resources={"kvb_head": 1}', *common, env=env)
+                _ray("start", f"--address={head}", "--node-ip-address=127.0.0.1",
+                     '--resources={"kvb_second": 1}', *common, env=env)
+                break
+            except AssertionError:
+                _stop(_cluster_pids(port, temp_dir))
+                if attempt == 2:
+                    raise
         args = ["-m", "hydra/launcher=ray", "+hydra.launcher.ray.init.address=auto",
                 "+hydra.launcher.ray.remote.num_cpus=1", "allocator=orca-max,paged,buddy,contiguous",
                 "workload.num_requests=20", "progress=false", "logger=none", f"results_dir={tmp_path}"]
