@@ -4,6 +4,10 @@
   handlers print one line and exit at once (130 for SIGINT, 143 for SIGTERM).
 - From ``main`` on, SIGTERM raises ``Terminated`` (SIGINT raises KeyboardInterrupt), so the run,
   or the multirun parent, cleans up on the way out; ``held`` defers both while a run completes.
+- Every signal is also noted (``received``), so that one that a library swallowed or turned into
+  another error (an ``except`` or ``finally`` that broke while it unwound, a ``__del__`` whose
+  exception Python only prints) still ends the process with its own code and one line
+  (``kvbench.app.main`` asks ``received`` after the pre-check, after Hydra and at exit).
 - A launcher worker (a joblib process) raises ``Terminated`` too, and watches its parent: when the
   parent dies (kill -9) the worker signals itself and cleans up like any interrupted run.
   ``stop_children`` is the parent's side: SIGTERM to its workers, SIGKILL to those that linger.
@@ -12,7 +16,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import sys
 import threading
 import time
@@ -45,15 +48,49 @@ def install_startup_handlers() -> None:
         signal.signal(sig, _exit_during_startup)
 
 
-def _raise_terminated(signum, frame) -> None:
-    raise Terminated()
+_RECEIVED: list[int] = []  # every SIGINT/SIGTERM this process got since install_run_handlers
+
+
+def received() -> int | None:
+    """The first SIGINT or SIGTERM this process got, None if none."""
+    return _RECEIVED[0] if _RECEIVED else None
+
+
+def as_exception(signum: int) -> BaseException:
+    """The exception a signal raises: Terminated for SIGTERM, KeyboardInterrupt for SIGINT."""
+    return Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
+
+
+def _note_and_raise(signum, frame) -> None:
+    _RECEIVED.append(signum)
+    raise as_exception(signum)
+
+
+def _note(signum, frame) -> None:
+    _RECEIVED.append(signum)
+
+
+def _quiet_unraisable(unraisable) -> None:
+    """A signal's exception raised where Python can only print it (a ``__del__``, a weakref
+    callback): noted already, so print nothing; anything else as Python would."""
+    if isinstance(unraisable.exc_value, (KeyboardInterrupt, Terminated)):
+        return
+    sys.__unraisablehook__(unraisable)
 
 
 def install_run_handlers() -> None:
-    """SIGTERM raises Terminated, SIGINT KeyboardInterrupt (main thread only)."""
+    """SIGTERM raises Terminated, SIGINT KeyboardInterrupt, each noted first (main thread only)."""
     if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, _raise_terminated)
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+        sys.unraisablehook = _quiet_unraisable
+        for sig in EXIT_CODES:
+            signal.signal(sig, _note_and_raise)
+
+
+def note_only() -> None:
+    """From here on a signal is only noted (the process is ending; ``received`` tells it)."""
+    if threading.current_thread() is threading.main_thread():
+        for sig in EXIT_CODES:
+            signal.signal(sig, _note)
 
 
 @contextmanager
@@ -74,8 +111,12 @@ def held():
         return
     pending: list[int] = []
     old = {sig: signal.getsignal(sig) for sig in EXIT_CODES}
+    def hold(signum, frame) -> None:
+        _RECEIVED.append(signum)
+        pending.append(signum)
+
     for sig in EXIT_CODES:
-        signal.signal(sig, lambda signum, frame: pending.append(signum))
+        signal.signal(sig, hold)
     try:
         yield
     finally:
@@ -97,6 +138,8 @@ _WATCHED: dict[str, int] = {}  # the parent a worker watches
 
 def mark_main_process() -> None:
     """Name this process as the kvbench process, for the workers its launcher starts."""
+    import socket
+
     os.environ[MAIN_PID_ENV] = str(os.getpid())
     os.environ[MAIN_HOST_ENV] = socket.gethostname()
 
@@ -104,6 +147,8 @@ def mark_main_process() -> None:
 def _expected_parent() -> int:
     """The kvbench process when this worker is its child on the same host (it may be gone
     already: the worker then stops at once), else whatever parent the worker has now."""
+    import socket
+
     main_pid = os.environ.get(MAIN_PID_ENV, "")
     same_host = os.environ.get(MAIN_HOST_ENV) == socket.gethostname()
     if same_host and main_pid.isdigit() and (os.getppid() == int(main_pid) or os.getppid() == 1):
