@@ -6,6 +6,8 @@ job of a sweep included (knobs, paths, the results dir, the workload itself).
 
 Every run gets its own directory named by its run_id (``<results_dir>/runs/<experiment>/<run_id>``;
 a sweep's jobs under ``<experiment>/<sweep id>/<run_id>``), ids being ``YYYYmmdd-HHMMSS-<8 hex>``.
+A single run claims its directory (``.running`` created exclusively) before Hydra writes into
+it, so two runs given one ``hydra.run.dir`` cannot share it: the second exits 2 in one line.
 A run is finished when its ``summary.json`` exists: it is written last, after the data files, and
 the index row right after it, with SIGINT/SIGTERM held back for that step. A run that fails or is
 interrupted before that removes what it wrote (exit 2 for bad input, 130 for SIGINT, 143 for
@@ -810,6 +812,8 @@ def _main() -> int:
         signals.note_only()
         print("kvbench: interrupted before the run started; nothing was written", file=sys.stderr)
         return signals.EXIT_CODES[signals.received()]
+    if not error and PLANNED and not PLANNED["multirun"]:
+        error = _claim(PLANNED["dirs"][0])
     if error:
         print(f"kvbench: error: {error}", file=sys.stderr)
         return 2
@@ -839,6 +843,18 @@ def _main() -> int:
     from kvbench.jobresult import FailedJobs
 
     return 1 if FailedJobs.failed else 0
+
+
+def _claim(run_dir: Path) -> str | None:
+    """Claim the single run's dir (``kvbench.rundir.claim_run_dir``); the one-line error, or None."""
+    from kvbench.rundir import claim_run_dir
+
+    with signals.held():  # a signal now is one line after the claim, which cleanup then removes
+        try:
+            claim_run_dir(run_dir)
+        except ConfigError as exc:
+            return str(exc)
+    return None
 
 
 def _clean_after_hydra() -> str:

@@ -11,6 +11,9 @@ removes it or anything above it. ``discard`` removes only the files kvbench and 
 (``OUTPUTS``), then each folder below the keep dir that is left empty; a file it does not know
 stays, and so does its folder. A finished run (``summary.json``) is never touched.
 
+A single run claims its dir before Hydra starts (``claim_run_dir``: ``.running`` created
+exclusively), so two processes given the same ``hydra.run.dir`` at once cannot share it.
+
 ``.running`` holds a JSON record (run id, pid, host, whether the process made the run dir) under
 an exclusive ``flock`` for the life of the run; ``is_dead_run`` is true only for a record that
 kvbench wrote whose lock is free, which is what ``kvbench-results --clean`` needs to remove a dir.
@@ -192,6 +195,27 @@ def discard_sweep(sweep_dir: Path) -> str:
         discard(sweep_dir)
     return "no run had finished; nothing was kept" if not sweep_dir.exists() else \
         f"no run had finished; files kvbench did not write stay in {sweep_dir}"
+
+
+# ----------------------------------------------------------------------------- the claim
+
+
+def claim_run_dir(run_dir: Path) -> None:
+    """Make a single run's dir ours before Hydra writes into it: create it (and its parents) and
+    then ``.running`` exclusively, so that of two processes given the same ``hydra.run.dir`` at
+    once exactly one goes on; the other gets a ConfigError and has written nothing in it."""
+    run_dir.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        run_dir.mkdir()
+    except FileExistsError:
+        pass  # an empty folder the pre-check accepted, or one the other process just made
+    try:
+        os.close(os.open(run_dir / RUNNING_FILE, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+    except FileExistsError:
+        raise ConfigError(f"hydra.run.dir: {run_dir} is taken by another kvbench run that started at the same "
+                          "time; give each run its own directory") from None
+    except OSError as exc:
+        raise ConfigError(f"hydra.run.dir: cannot create {run_dir} ({exc.strerror})") from None
 
 
 # ----------------------------------------------------------------------------- the live-run lock
