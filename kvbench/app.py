@@ -627,6 +627,7 @@ def _job(cfg: DictConfig, hc, run_dir: Path, worker: bool) -> float | None:
     multirun = hc.mode == RunMode.MULTIRUN
     logger = None
     lock = None
+    since = signals.mark()
     try:
         run_dir, run_id = _run_dir_and_id(hc)
         lock = hold_run_lock(run_dir, run_id)
@@ -647,8 +648,8 @@ def _job(cfg: DictConfig, hc, run_dir: Path, worker: bool) -> float | None:
     except Exception as exc:  # one line, never a traceback (KVBENCH_TRACEBACK=1 shows it)
         _finish_logger(logger, 1)
         logger = None
-        if signals.received() is not None:  # the error is what a signal left behind as it unwound
-            _interrupted(signals.as_exception(signals.received()), run_dir, multirun, worker)
+        if signals.received(since) is not None:  # the error is what a signal left behind as it unwound
+            _interrupted(signals.as_exception(signals.received(since)), run_dir, multirun, worker)
         kept = discard(run_dir)
         if os.environ.get("KVBENCH_TRACEBACK") == "1":
             raise
@@ -760,7 +761,8 @@ def _finish_logger(logger, exit_code: int) -> None:
 def main() -> None:
     """The ``kvbench`` command: exit 0, 1 (a sweep job failed), 2 (bad input) or 130/143 (a signal)."""
     signals.install_run_handlers()
-    atexit.register(_last_word)  # registered before Hydra's and joblib's, so it runs after them
+    if signals.is_command():
+        atexit.register(_last_word)  # registered before Hydra's and joblib's, so it runs after them
     try:
         code = _main()
     except SystemExit as exc:

@@ -55,9 +55,14 @@ def install_startup_handlers() -> None:
 _RECEIVED: list[int] = []  # every SIGINT/SIGTERM this process got since install_run_handlers
 
 
-def received() -> int | None:
-    """The first SIGINT or SIGTERM this process got, None if none."""
-    return _RECEIVED[0] if _RECEIVED else None
+def mark() -> int:
+    """A point in time for ``received(since=...)``."""
+    return len(_RECEIVED)
+
+
+def received(since: int = 0) -> int | None:
+    """The first SIGINT or SIGTERM this process got (after the ``mark`` ``since``), None if none."""
+    return _RECEIVED[since] if len(_RECEIVED) > since else None
 
 
 def as_exception(signum: int) -> BaseException:
@@ -74,20 +79,32 @@ def _note(signum, frame) -> None:
     _RECEIVED.append(signum)
 
 
-def _quiet_unraisable(unraisable) -> None:
+class _QuietUnraisable:
     """A signal's exception raised where Python can only print it (a ``__del__``, a weakref
-    callback): noted already, so print nothing; anything else as Python would."""
-    if isinstance(unraisable.exc_value, (KeyboardInterrupt, Terminated)):
-        return
-    sys.__unraisablehook__(unraisable)
+    callback): noted already, so print nothing; anything else goes to the hook before."""
+
+    def __init__(self, before) -> None:
+        self.before = before
+
+    def __call__(self, unraisable) -> None:
+        if not isinstance(unraisable.exc_value, (KeyboardInterrupt, Terminated)):
+            self.before(unraisable)
 
 
 def install_run_handlers() -> None:
-    """SIGTERM raises Terminated, SIGINT KeyboardInterrupt, each noted first (main thread only)."""
+    """SIGTERM raises Terminated, SIGINT KeyboardInterrupt, each noted first (main thread only);
+    forgets the signals noted before (a new run, or a worker's next job)."""
     if threading.current_thread() is threading.main_thread():
-        sys.unraisablehook = _quiet_unraisable
+        _RECEIVED.clear()
+        if not isinstance(sys.unraisablehook, _QuietUnraisable):
+            sys.unraisablehook = _QuietUnraisable(sys.unraisablehook)
         for sig in EXIT_CODES:
             signal.signal(sig, _note_and_raise)
+
+
+def is_command() -> bool:
+    """Whether this process is the ``kvbench`` command (not a test or a script calling ``main``)."""
+    return sys.argv[0].endswith(("/kvbench", "kvbench/app.py")) or "kvbench.app" in sys.orig_argv[1:3]
 
 
 def note_only() -> None:
