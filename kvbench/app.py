@@ -795,7 +795,11 @@ def _last_word() -> None:
     sig = signals.received()
     if code is None or sig is None or code in signals.EXIT_CODES.values():
         return
-    sys.stderr.flush()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
     os.write(2, f"kvbench: {signals.what(signals.as_exception(sig))} as it exited; "
                 "what it had finished is kept\n".encode())
     os._exit(signals.EXIT_CODES[sig])
