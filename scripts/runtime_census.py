@@ -41,15 +41,18 @@ def main() -> int:
     parser.add_argument("--signals", type=int, default=12)
     parser.add_argument("--only")
     parser.add_argument("--no-processes", action="store_true")
+    parser.add_argument("--no-inprocess", action="store_true")
+    parser.add_argument("--skip", default="", help="comma-separated substrings of process cases to leave out")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     root = args.root.resolve()
     t0 = time.time()
-    results = inprocess(root, args.only)
+    results = [] if args.no_inprocess else inprocess(root, args.only)
+    skip = [x for x in args.skip.split(",") if x]
     if not args.no_processes:
         scratch = Path(tempfile.mkdtemp(prefix="census-runtime-"))
         for number, (name, case) in enumerate(cr.process_cases(args.signals).items()):
-            if args.only and args.only not in name:
+            if (args.only and args.only not in name) or any(x in name for x in skip):
                 continue
             try:
                 result = case(root, scratch / str(number))
