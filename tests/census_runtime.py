@@ -538,7 +538,7 @@ def absent_extra_case(root: Path, tmp: Path, module: str, args: list[str]) -> di
 
 
 def _signal_cases(count: int, seed: int) -> dict[str, Callable[[Path, Path], dict[str, Any]]]:
-    """Fixed start-up moments, then ``count`` random delays of 0.6-1.6 s (seeded)."""
+    """Fixed start-up moments, ``count`` random delays of 0.6-1.6 s (seeded), later fixed moments."""
     cases: dict[str, Callable[[Path, Path], dict[str, Any]]] = {}
     for name, sig in (("sigint", signal.SIGINT), ("sigterm", signal.SIGTERM)):
         for delay in (0.0, 0.05, 0.2):
@@ -549,6 +549,9 @@ def _signal_cases(count: int, seed: int) -> dict[str, Callable[[Path, Path], dic
         delay = round(rng.uniform(0.6, 1.6), 3)
         name = "sigint" if sig == signal.SIGINT else "sigterm"
         cases[f"{name}-random-{i}-{delay:g}s"] = lambda r, t, sig=sig, d=delay: signal_case(r, t, sig, d)
+    for name, sig in (("sigint", signal.SIGINT), ("sigterm", signal.SIGTERM)):
+        for delay in (2.5, 4.0, 6.0):  # past the imports on a busy machine: the pre-check, Hydra, the run
+            cases[f"{name}-late-{delay:g}s"] = lambda r, t, sig=sig, d=delay: signal_case(r, t, sig, d)
     for name, sig in (("sigint", signal.SIGINT), ("sigterm", signal.SIGTERM)):
         cases[f"{name}-basic-multirun"] = lambda r, t, sig=sig: signal_case(
             r, t, sig, 1.5, ["-m", *LONG, "seed=0,1"])
