@@ -205,19 +205,31 @@ def claim_run_dir(run_dir: Path) -> None:
     """Make a single run's dir ours before Hydra writes into it: create it (and its parents) and
     then ``.running`` exclusively, so that of two processes given the same ``hydra.run.dir`` at
     once exactly one goes on; the other gets a ConfigError and has written nothing in it."""
-    run_dir.parent.mkdir(parents=True, exist_ok=True)
     try:
+        run_dir.parent.mkdir(parents=True, exist_ok=True)
         run_dir.mkdir()
     except FileExistsError:
         pass  # an empty folder the pre-check accepted, or one the other process just made
+    except OSError as exc:
+        raise ConfigError(f"hydra.run.dir: cannot create {run_dir} ({exc.strerror})") from None
     try:
         fd = os.open(run_dir / RUNNING_FILE, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
     except FileExistsError:
         raise ConfigError(f"hydra.run.dir: {run_dir} is taken by another kvbench run that started at the same "
                           "time; give each run its own directory") from None
     except OSError as exc:
+        discard(run_dir)
         raise ConfigError(f"hydra.run.dir: cannot create {run_dir} ({exc.strerror})") from None
-    _CLAIMED[run_dir.resolve()] = _lock_and_record(open(fd, "a+"), run_dir, "")
+    handle = open(fd, "a+")
+    try:
+        _CLAIMED[run_dir.resolve()] = _lock_and_record(handle, run_dir, "")
+    except OSError as exc:  # a full disk: the claim goes, with the folders it made
+        try:
+            handle.close()
+        except OSError:
+            pass
+        discard(run_dir)
+        raise ConfigError(f"hydra.run.dir: cannot write in {run_dir} ({exc.strerror})") from None
 
 
 _CLAIMED: dict[Path, object] = {}  # run dir -> its locked ``.running``, from the claim to the run
