@@ -519,7 +519,7 @@ def absent_extra_case(root: Path, tmp: Path, module: str, args: list[str]) -> di
     written under the results dir or the cwd."""
     shim = tmp / "shim"
     (shim / module).mkdir(parents=True)
-    (shim / module / "__init__.py").write_text(f"raise ImportError('No module named {module!r}')\n")
+    (shim / module / "__init__.py").write_text(f"raise ImportError('No module named {module}')\n")
     results = tmp / "results"
     code, err = _finish(kvbench(root, [*args, f"results_dir={results}"], tmp / "cwd", extra_path=shim))
     lines = _lines(err)

@@ -30,6 +30,7 @@ from __future__ import annotations
 import math
 import numbers
 import os
+import secrets
 import shutil
 import warnings
 from collections.abc import Mapping, Sequence
@@ -55,6 +56,7 @@ RATE_METRICS = (
 )  # fmt: skip
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".gif", ".bmp"}
 MAX_TAG_LEN = 64  # W&B's limit on one tag
+ID_ALPHABET = "0123456789abcdefghijklmnopqrstuvwxyz"  # W&B's own run ids: 8 of these
 
 
 def _scalar(value: Any) -> float | int | bool | None:
@@ -138,6 +140,8 @@ class WandbLogger(Logger):
         self._run_id = ""
         self._run_dir: Path | None = None
         self._made: list[Path] = []
+        self._wandb_id = ""
+        self._wandb_dir = Path("wandb")
 
     @classmethod
     def from_config(cls, cfg: Mapping[str, Any]) -> WandbLogger:
@@ -180,7 +184,10 @@ class WandbLogger(Logger):
             self._made = [d for d in (*reversed(directory.parents), directory, directory / "wandb") if not d.exists()]
             directory.mkdir(parents=True, exist_ok=True)
         self._steps = StepSampler(self.max_step_logs)
+        self._wandb_id = "".join(secrets.choice(ID_ALPHABET) for _ in range(8))  # W&B's kind of id, known before init ends
+        self._wandb_dir = (directory if directory is not None else Path.cwd()) / "wandb"
         self.run = wandb.init(
+            id=self._wandb_id,
             project=self.project,
             entity=self.entity,
             mode=self.mode,
@@ -252,7 +259,11 @@ class WandbLogger(Logger):
     def finish(self, exit_code: int = 0) -> None:
         run, self.run = self.run, None
         if run is None:
-            if exit_code != 0:  # wandb.init failed: only the folders start made, if empty
+            if exit_code != 0:  # wandb.init failed or was interrupted: what it made so far
+                try:
+                    wandb.teardown()  # its service would go on writing into the run folder
+                except Exception:  # noqa: BLE001 - nothing to stop
+                    pass
                 self._remove_local(None)
             return
         local = Path(run.dir).parent
@@ -261,14 +272,18 @@ class WandbLogger(Logger):
             if exit_code == 0:
                 self._log_run_files(run)
         finally:
-            run.finish(exit_code=exit_code)
-            if exit_code != 0:
-                self._remove_local(local)
+            try:
+                run.finish(exit_code=exit_code)
+            finally:  # even when finishing failed (W&B's service gone on a signal)
+                if exit_code != 0:
+                    self._remove_local(local)
 
     def _remove_local(self, local: Path | None) -> None:
         """A failed run keeps nothing: remove the W&B run directory this run's ``wandb.init`` made,
         the links W&B pointed at it (``latest-run``, ``debug*.log``), and the folders ``start``
         made that are left empty; nothing else."""
+        if local is None and self._wandb_id and self._wandb_dir.is_dir():  # init did not return
+            local = next(self._wandb_dir.glob(f"*run-*-{self._wandb_id}"), None)
         if local is not None:
             self._remove_run_folder(local)
         for folder in reversed(self._made):
