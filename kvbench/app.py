@@ -656,7 +656,7 @@ def _job(cfg: DictConfig, hc, run_dir: Path, worker: bool) -> float | None:
         line = error_line(exc)
         if multirun:  # this job fails; the sweeper goes on with the others (kvbench.jobresult)
             return job_failed(hc, line)
-        code = 2 if isinstance(exc, _errors() + (OSError,)) else 1
+        code = 2 if isinstance(exc, _errors() + (OSError, ImportError)) else 1
         print(f"kvbench: error: {line}; {kept}", file=sys.stderr)
         sys.exit(code)
     except BaseException:
@@ -840,7 +840,7 @@ def _main() -> int:
             return _signal_wins(1)
         signals.note_only()
         print(f"kvbench: error: {error_line(exc)}; {_clean_after_hydra()}", file=sys.stderr)
-        return 2 if isinstance(exc, _errors() + (OSError,)) else 1
+        return 2 if isinstance(exc, _errors() + (OSError, ImportError)) else 1
     finally:
         if full_error is None:
             os.environ.pop("HYDRA_FULL_ERROR", None)
