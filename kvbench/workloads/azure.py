@@ -60,11 +60,12 @@ def make_builder(config_name: str) -> Callable[[Knobs, CommonKnobs, int | None, 
         table = read_csv_columns(text, name, COLUMNS + ((field,) if field else ()))
         times = table["arrived_at"]
         picked, arrivals, scale = window.select(times, name)
+        check_lengths(name, table["num_prefill_tokens"][picked], table["num_decode_tokens"][picked], records=picked)
         prompt_lens = table["num_prefill_tokens"][picked].astype(np.int64)
         output_lens = table["num_decode_tokens"][picked].astype(np.int64)
-        check_lengths(name, table["num_prefill_tokens"][picked], table["num_decode_tokens"][picked])
         keep, prompt_lens, output_lens, fit = fit_to_context(config_name, policy, prompt_lens, output_lens,
                                                              limits.max_model_len)
+        arrivals, scale = window.rescale(arrivals, scale, keep)
         prompts = random_prompts(rng_for(common.seed, "prompt_ids"), prompt_lens, limits.vocab_size)
         meta = {**replay_meta(name, f"trace:{SHIPPED[config_name]}", window, scale, arrivals[keep],
                               times[picked], int(times.size)),
