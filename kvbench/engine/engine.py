@@ -116,7 +116,7 @@ class Engine:
             self._released.clear()
             schedule_s += time.perf_counter() - t1
             recorder.step(index=step, start_s=start, batch=batch, result=result, usage=usage,
-                          logical_slots=logical, num_running=len(sched.running),
+                          logical_slots=logical, blocks=self.allocator.block_counts(), num_running=len(sched.running),
                           num_waiting=len(sched.waiting), num_swapped=len(sched.swapped),
                           num_preemptions=sched.num_preemptions, schedule_s=schedule_s,
                           running_requests=running_requests)
