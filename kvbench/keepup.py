@@ -2,12 +2,14 @@
 
 Two summary columns, both null where the table cannot say:
 
-- ``served_frac``: requests finished over requests arrived, both counted in one window, from the
-  first finish to the last arrival. That window leaves out the start (nothing can finish yet)
-  and the drain after the last arrival (finishes with no arrivals), which would bias a plain
-  finished / duration against a short trace. A system that keeps up finishes requests at the
-  rate they arrive, one latency later, so the ratio is about 1; a saturated one finishes at its
-  service rate, so the ratio is service rate / offered rate.
+- ``served_frac``: requests finished over requests offered, over the arrival span [t0, T] (first
+  to last arrival) shifted by a lag d: finishes in [t0 + d, T] against arrivals in [t0, T - d],
+  with d the 90th percentile of end-to-end latency (at most half the span). A plain
+  finished / duration would count the drain after the last arrival against a short trace; an
+  unshifted window would count the start-up, when nothing can finish yet. A system that keeps
+  up finishes requests at the rate they arrive, d later, so the ratio is about 1 (low by the
+  share of requests slower than d that cross the window's end, a few % on a 100 s ShareGPT
+  trace); a saturated one finishes at its service rate, so the ratio is service / offered rate.
 - ``ttft_growth``: the least-squares slope of TTFT against arrival time, over finished requests
   (seconds of added wait per second of trace). A stable queue gives about 0; a queue that grows
   by a fraction f of the arrivals gives about f.
@@ -17,9 +19,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+LAG_QUANTILE = 0.9  # of end-to-end latency: the shift between the arrival and finish windows
+
 
 def served_frac(requests: pd.DataFrame) -> float | None:
-    """Finished / arrived between the first finish and the last arrival (None if that window is empty)."""
+    """Finished in [t0 + d, T] over arrived in [t0, T - d] (None without a finished request)."""
     if not len(requests):
         return None
     finish = requests["finish_s"].to_numpy(dtype=float)
@@ -27,11 +31,13 @@ def served_frac(requests: pd.DataFrame) -> float | None:
     finished = (requests["status"] == "finished").to_numpy() & ~np.isnan(finish)
     if not finished.any():
         return 0.0
-    start, end = float(finish[finished].min()), float(arrival.max())
-    if end <= start:
+    first, last = float(arrival.min()), float(arrival.max())
+    span = last - first
+    if span <= 0:
         return None
-    arrived = int(((arrival >= start) & (arrival <= end)).sum())
-    done = int((finished & (finish >= start) & (finish <= end)).sum())
+    lag = min(float(np.quantile(finish[finished] - arrival[finished], LAG_QUANTILE)), span / 2)
+    arrived = int(((arrival >= first) & (arrival <= last - lag)).sum())
+    done = int((finished & (finish >= first + lag) & (finish <= last)).sum())
     return done / arrived if arrived else None
 
 
