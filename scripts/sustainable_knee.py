@@ -2,7 +2,7 @@
 
     PYTHONPATH=. .venv/bin/python scripts/sustainable_knee.py --experiment paper-rate-opt13b-alpaca
         [--experiment ...] [--allocators paged,orca-oracle,orca-max] [--duration S] [--seed 0]
-        [--jobs 2] [--out FILE.csv] [--table FILE.md]
+        [--jobs 2] [--override KEY=VALUE ...] [--out FILE.csv] [--table FILE.md]
 
 For each experiment and allocator: every swept rate of the experiment's grid is run (one seed,
 the experiment's trace length or ``--duration``), judged by the rule of
@@ -144,6 +144,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--duration", type=float, default=None, help="trace seconds (default: the experiment's)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--jobs", type=int, default=1)
+    parser.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
+                        help="an extra Hydra override for every run (e.g. system.sample_host_s=1e-6)")
     parser.add_argument("--out", type=Path, default=None, help="CSV of every run's point")
     parser.add_argument("--table", type=Path, default=None, help="markdown of the knees and ratios")
     args = parser.parse_args(argv)
@@ -151,7 +153,8 @@ def main(argv: list[str] | None = None) -> int:
         if not (CONF_DIR / "experiment" / f"{experiment}.yaml").is_file():
             print(f"--experiment: no conf/experiment/{experiment}.yaml", file=sys.stderr)
             return 2
-    extra = (f"seed={args.seed}",) + ((f"workload.duration_s={args.duration:g}",) if args.duration else ())
+    extra = (f"seed={args.seed}",) + ((f"workload.duration_s={args.duration:g}",) if args.duration else ()) \
+        + tuple(args.override)
     tasks = [(e, a, extra) for e in args.experiment for a in args.allocators.split(",")]
     with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
         knees = list(pool.map(knee, *zip(*tasks)))
