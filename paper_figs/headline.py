@@ -65,7 +65,7 @@ def _paper_values(paper: str, allocator: str) -> list[tuple[float, float]]:
 def paper_error(measured: str, paper: str, allocator: str = "") -> str:
     """kvbench's value against the paper's, relative: ``+12%``, or ``in range`` / ``-30% below``
     / ``+5% above`` a stated range; one entry per value of a list; ``-`` without a paper value."""
-    if paper == "-":
+    if paper == "-" or measured.startswith(("n/a", "no ratio")):
         return "-"
     targets = _paper_values(paper, allocator)
     if len(targets) > 1:  # a list: "2: 8.3%, 4: 12.8%, 6: 15.5%" -> the values after each colon
@@ -85,7 +85,8 @@ def paper_error(measured: str, paper: str, allocator: str = "") -> str:
             out.append(f"{100 * (value / high - 1):+.0f}% above")
         else:
             out.append("in range")
-    return ", ".join(out)
+    text = ", ".join(out)
+    return f"lower bound {text}" if measured.startswith("more than") else text
 
 
 def batch_column(runs: pd.DataFrame) -> tuple[str, str]:
@@ -178,8 +179,12 @@ def headline(index: pd.DataFrame) -> pd.DataFrame:
         sub = paged_sharing[(paged_sharing[knob] > 1) & (paged_sharing[other] <= 1)]
         if len(sub):
             vals = sub.sort_values(knob)
-            text = ", ".join(f"{int(k)}: {100 * v:.1f}%" for k, v in zip(vals[knob], vals["sharing_saving_frac"]))
-            rows.append((f"memory saved by sharing, {knob} (Alpaca, OPT-13B)", "paged (16)", text, PAPER[key]))
+            measures = [("sharing_saving_block_frac", "blocks, the paper's measure"), ("sharing_saving_frac", "token slots")]
+            for column, what in measures:
+                if column not in vals or vals[column].isna().any():
+                    continue  # runs that predate the block column
+                text = ", ".join(f"{int(k)}: {100 * v:.1f}%" for k, v in zip(vals[knob], vals[column]))
+                rows.append((f"memory saved by sharing ({what}), {knob} (Alpaca, OPT-13B)", "paged (16)", text, PAPER[key]))
     rows += announcement(index)
     table = pd.DataFrame(rows, columns=["measure", "allocator", "kvbench (simulated A100)", "paper"])
     table["against the paper"] = [paper_error(m, pp, a) for m, pp, a in

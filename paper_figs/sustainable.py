@@ -131,7 +131,10 @@ def ratio_text(top: Sustained, base: Sustained) -> str:
             return f"n/a (both saturated at the lowest rate: {top.text()} vs {base.text()} req/s)"
         return f"< {top.below / base.rate:.2f}x ({top.text()} vs {base.text()} req/s)"
     if base.below is not None:
-        return f"> {top.rate / base.below:.2f}x ({top.text()} vs {base.text()} req/s)"
+        bound = top.rate / base.below
+        if not bound > 1:
+            return f"no ratio ({top.text()} vs {base.text()} req/s: the base saturates below the lowest swept rate)"
+        return f"more than {bound:.2f}x ({top.text()} vs {base.text()} req/s)"
     if not base.rate > 0:
         return "n/a"
     prefix = ">= " if top.ceiling and not base.ceiling else ""

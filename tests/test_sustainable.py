@@ -26,7 +26,9 @@ def test_a_system_saturated_at_the_lowest_rate_sustains_below_it():
     assert got.below == 10 and math.isnan(got.rate) and got.text() == "< 10"
     paged = sustained(_points([10, 20, 30], [0.05, 0.06, 0.5], served=[1.0, 0.99, 0.7], growth=[0, 0.001, 0.3]))
     assert paged.rate == 20
-    assert ratio_text(paged, got) == "> 2.00x (20 vs < 10 req/s)"  # never 1.00x on a saturated base
+    assert ratio_text(paged, got) == "more than 2.00x (20 vs < 10 req/s)"  # a bound, never a ratio to 10
+    level = sustained(_points([10, 20], [0.05, 0.5], served=[1.0, 0.7], growth=[0.0, 0.3]))
+    assert ratio_text(level, got).startswith("no ratio (10 vs < 10 req/s")  # never "1.00x"
 
 
 def test_the_queue_test_alone_stops_a_point_whose_latency_and_served_rate_pass():
