@@ -4,7 +4,8 @@ Two summary columns, both null where the table cannot say:
 
 - ``served_frac``: requests finished over requests offered, over the arrival span [t0, T] (first
   to last arrival) shifted by a lag d: finishes in [t0 + d, T] against arrivals in [t0, T - d],
-  with d the 90th percentile of end-to-end latency (at most half the span). A plain
+  with d the 90th percentile of end-to-end latency; null when d exceeds half the span (a
+  trace too short for its latencies: most slow requests would fall outside). A plain
   finished / duration would count the drain after the last arrival against a short trace; an
   unshifted window would count the start-up, when nothing can finish yet. A system that keeps
   up finishes requests at the rate they arrive, d later, so the ratio is about 1 (low by the
@@ -35,7 +36,9 @@ def served_frac(requests: pd.DataFrame) -> float | None:
     span = last - first
     if span <= 0:
         return None
-    lag = min(float(np.quantile(finish[finished] - arrival[finished], LAG_QUANTILE)), span / 2)
+    lag = float(np.quantile(finish[finished] - arrival[finished], LAG_QUANTILE))
+    if lag > span / 2:  # latencies as long as the trace: too short a trace to count on
+        return None
     arrived = int(((arrival >= first) & (arrival <= last - lag)).sum())
     done = int((finished & (finish >= first + lag) & (finish <= last)).sum())
     return done / arrived if arrived else None

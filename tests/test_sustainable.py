@@ -90,3 +90,7 @@ def test_served_frac_and_ttft_growth_on_made_up_traces():
     assert served_frac(saturated) == pytest.approx(0.8, abs=0.02)
     assert ttft_growth(saturated) == pytest.approx(0.25, abs=0.01)  # 10 / 8 - 1
     assert served_frac(steady.iloc[:0]) is None
+    slow = _requests(arrival, np.full(1000, 0.2), np.full(1000, 60.0))  # latency > half the trace
+    assert served_frac(slow) is None
+    runs = _points([1, 2], [0.05, 0.06], served=[1.0, float("nan")], growth=[0.0, 0.0])
+    assert sustained(runs).rate == 2  # the served test is skipped, the queue test still holds
