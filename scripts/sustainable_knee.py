@@ -62,6 +62,20 @@ def run_point(experiment: str, allocator: str, rate: float, extra: tuple[str, ..
     return {k: summary.get(k) for k in POINT_COLUMNS}
 
 
+def check_overrides(tasks: list[tuple[str, str, tuple[str, ...]]]) -> str | None:
+    """One line naming the first task whose overrides do not compose, else None (nothing is run)."""
+    from hydra import compose, initialize_config_dir
+
+    for experiment, allocator, extra in tasks:
+        try:
+            with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+                compose(config_name="config", overrides=[f"experiment={experiment}", f"allocator={allocator}", *extra])
+        except Exception as exc:  # Hydra's own errors: an unknown key, group or value
+            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            return f"--allocators/--override: {experiment} with allocator={allocator}: {first}"
+    return None
+
+
 class Study:
     """The runs of one experiment and allocator, each rate run at most once."""
 
@@ -156,6 +170,10 @@ def main(argv: list[str] | None = None) -> int:
     extra = (f"seed={args.seed}",) + ((f"workload.duration_s={args.duration:g}",) if args.duration else ()) \
         + tuple(args.override)
     tasks = [(e, a, extra) for e in args.experiment for a in args.allocators.split(",")]
+    problem = check_overrides(tasks)
+    if problem:
+        print(problem, file=sys.stderr)
+        return 2
     with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
         knees = list(pool.map(knee, *zip(*tasks)))
     table = [{k: v for k, v in row.items() if not k.startswith("_")} for row in knees]

@@ -94,3 +94,18 @@ def test_served_frac_and_ttft_growth_on_made_up_traces():
     assert served_frac(slow) is None
     runs = _points([1, 2], [0.05, 0.06], served=[1.0, float("nan")], growth=[0.0, 0.0])
     assert sustained(runs).rate == 2  # the served test is skipped, the queue test still holds
+
+
+def test_the_knee_tool_refuses_bad_input_with_one_line_and_runs_nothing(capsys):
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "scripts" / "sustainable_knee.py"
+    spec = importlib.util.spec_from_file_location("sustainable_knee", path)
+    knee = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(knee)
+    assert knee.main(["--experiment", "no-such-study"]) == 2
+    assert knee.main(["--experiment", "paper-rate-opt66b-sharegpt", "--override", "system.no_such_key=1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and "no-such-study" in err[0] and "system.no_such_key" in err[1]
+    assert knee.grid_rates("paper-rate-opt13b-alpaca") == [10, 20, 30, 40, 50, 60]
