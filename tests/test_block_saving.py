@@ -54,3 +54,29 @@ def test_a_parallel_sampling_run_reports_both_savings(tmp_path):
     tokens, blocks = summary["sharing_saving_frac"], summary["sharing_saving_block_frac"]
     assert 0 < blocks < 1 and 0 < tokens < 1
     assert blocks != tokens  # the two definitions differ (blocks round each table up)
+
+
+def test_figure_15_draws_blocks_and_tokens_when_the_runs_have_both(tmp_path):
+    from paper_figs import sharing
+
+    rows = [{"experiment": "paper-sharing", "allocator": "paged", "reserve": None, "block_size": 16,
+             "n": n, "beam_width": 1, "prefix_len": 0, "seed": 0,
+             "sharing_saving_frac": 0.04 * n, "sharing_saving_block_frac": 0.035 * n} for n in (1, 2, 4, 6)]
+    drawn = {}
+    save = sharing.common.save
+
+    def keep(fig, out_dir, name):
+        drawn["fig"] = fig
+        return save(fig, out_dir, name)
+
+    sharing.common.save = keep
+    try:
+        files = sharing.draw(pd.DataFrame(rows), tmp_path, tmp_path)
+    finally:
+        sharing.common.save = save
+    assert {p.suffix for p in files} == {".png", ".pdf"}
+    ax = drawn["fig"].axes[0]
+    heights = {line.get_linestyle(): list(line.get_ydata()) for line in ax.get_lines() if len(line.get_ydata())}
+    assert heights["-"] == pytest.approx([3.5, 7.0, 14.0, 21.0])  # blocks, the paper's measure, solid
+    assert heights["--"] == pytest.approx([4.0, 8.0, 16.0, 24.0])  # token slots, dashed
+    assert "blocks (paper)" in ax.get_ylabel()
