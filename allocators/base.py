@@ -198,6 +198,13 @@ class Allocator(abc.ABC):
         """Ids of the sequences currently admitted."""
         raise NotImplementedError
 
+    def block_counts(self) -> tuple[int, int] | None:
+        """``(per_sequence, distinct)``: blocks the live sequences' tables hold counted once per
+        table (what they would hold without sharing), and distinct blocks they hold (with it);
+        the paper's sharing saving is ``1 - distinct / per_sequence``. None where memory is not
+        handed out in shareable blocks."""
+        return None
+
     def stats(self) -> dict[str, float | int | None]:
         """Counters for the results; ``prefix_hit_rate`` is None where sharing does not apply."""
         return {"prefix_hit_rate": None, "prefix_queries": None, "prefix_hits": None}

@@ -1,4 +1,9 @@
-"""KV memory saved by sharing (sharing_saving_frac) against n, beam width and shared-prefix length.
+"""KV memory saved by sharing against n, beam width and shared-prefix length (Figure 15).
+
+Two measures: the PagedAttention paper's, ``sharing_saving_block_frac`` (blocks saved by sharing
+over the blocks the sequences would hold without it), drawn solid as the figure's headline, and
+``sharing_saving_frac`` (filled token slots saved), dashed beside it. Runs that predate the
+block column show the token measure alone, and the axis says so.
 
 The knobs are the summary's extra columns ``n``, ``beam_width`` and ``prefix_len``. A run goes
 into the panel of a knob when it has that knob and the other two are neutral (null, n <= 1,
@@ -17,6 +22,7 @@ import seaborn as sns
 from paper_figs import common
 
 NAME = "sharing"
+BLOCKS = "sharing_saving_block_frac"
 EXPERIMENT = "paper-sharing"
 KNOBS = {  # column: (axis label, neutral value)
     "n": ("parallel samples n", 1),
@@ -63,22 +69,29 @@ def draw(index_df: pd.DataFrame, out_dir: str | Path, results_root: str | Path,
     if runs is None:
         return []
     knobs = [k for k in KNOBS if k in runs]
-    runs = common.numeric(runs, "sharing_saving_frac", *knobs)
+    has_blocks = BLOCKS in runs and pd.to_numeric(runs[BLOCKS], errors="coerce").notna().any()
+    runs = common.numeric(runs, "sharing_saving_frac", *([BLOCKS] if has_blocks else []), *knobs)
     by_knob = panels(runs)
     if not by_knob:
         return common.skip(NAME, "no run has n, beam_width or prefix_len")
     common.setup_style()
-    runs["saving_pct"] = 100 * runs["sharing_saving_frac"]
+    headline = BLOCKS if has_blocks else "sharing_saving_frac"
+    runs["saving_pct"] = 100 * runs[headline]
     order = common.label_order(runs["label"])
     colors = common.palette(order)
     fig, axes = plt.subplots(1, len(by_knob), figsize=(3.4 * len(by_knob), 3.3), squeeze=False)
     for ax, (knob, rows) in zip(axes[0], by_knob.items()):
         common.check_alike(NAME, rows, [knob, "label"])
-        rows = rows.assign(saving_pct=100 * rows["sharing_saving_frac"])
+        rows = rows.assign(saving_pct=100 * rows[headline])
         sns.lineplot(data=rows, x=knob, y="saving_pct", hue="label", hue_order=order,
                      palette=colors, marker="o", errorbar="sd", ax=ax, legend=False)
+        if has_blocks:  # the token measure beside the paper's
+            tokens = rows.assign(token_pct=100 * rows["sharing_saving_frac"])
+            sns.lineplot(data=tokens, x=knob, y="token_pct", hue="label", hue_order=order, palette=colors,
+                         marker="x", linestyle="--", errorbar=None, ax=ax, legend=False)
         ax.set_xlabel(KNOBS[knob][0])
-        ax.set_ylabel("KV memory saved by sharing (%)")
+        ax.set_ylabel("KV memory saved by sharing (%)\n" + ("solid: blocks (paper), dashed: token slots"
+                                                               if has_blocks else "token slots (runs without blocks)"))
         ax.set_ylim(bottom=0)
         means = {label: g.groupby(knob)["saving_pct"].mean() for label, g in rows.groupby("label")}
         for names in common.coinciding(means):  # lines drawn on top of each other (e.g. the Orcas at 0)

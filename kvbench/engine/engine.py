@@ -118,7 +118,7 @@ class Engine:
             self._released.clear()
             schedule_s += time.perf_counter() - t1
             recorder.step(index=step, start_s=start, batch=batch, result=result, usage=usage,
-                          logical_slots=logical, num_running=len(sched.running),
+                          logical_slots=logical, blocks=self._computed_blocks(sched.running), num_running=len(sched.running),
                           num_waiting=len(sched.waiting), num_swapped=len(sched.swapped),
                           num_preemptions=sched.num_preemptions, schedule_s=schedule_s,
                           running_requests=running_requests)
@@ -143,6 +143,19 @@ class Engine:
                       "owner": np.stack([o for _, _, o in self._snapshots])}
         return EngineOutput(summary, steps, reqs, outputs, sched.num_swapped_out_slots,
                             sched.num_swapped_in_slots, memmap)
+
+    def _computed_blocks(self, running) -> tuple[int, int] | None:
+        """The paper's block counts over computed tokens: ``(per_sequence, distinct)`` blocks
+        holding at least one computed token, per table and once. The allocator counts its tables'
+        blocks, which also hold the blocks just taken for this step's new tokens; those are fresh
+        and private (a fork shares only computed blocks), so they leave both counts alike:
+        distinct = per_sequence - (allocated per table - allocated distinct)."""
+        counts = self.allocator.block_counts()
+        if counts is None:
+            return None
+        bs = self.allocator.block_size
+        per_sequence = sum(-(-s.num_computed // bs) for g in running for s in g.seqs)
+        return per_sequence, per_sequence - (counts[0] - counts[1])
 
     def _snapshot(self, now: float, final_lens: dict[int, int]) -> None:
         """Category (0 external, 1 token, 2 reserved, 3 internal) and owner request of every slot."""
