@@ -17,15 +17,17 @@ up in order until the first miss. A hit must match the stored parent hash and to
 ``num_cached_tokens = hits * block_size``. Only admits that succeed count towards
 ``prefix_queries`` / ``prefix_hits`` (a refused admit changes nothing, counters included).
 
-Free queue (an OrderedDict, O(1) removal of a revived block). Allocation takes the front.
-``free`` drops one reference per block, walking the table from its tail; a block whose last
-reference goes is
-  * hashed: appended to the BACK, still findable by its hash until it is reused;
-  * not hashed: put at the FRONT (it caches nothing, so it is reused first).
-So cached blocks are evicted least recently freed first, and within one freed sequence tail
-blocks first (they come first in the queue); unhashed blocks of one free are also reused tail
-first. A cached block that a later admit hits leaves the queue. Taking a cached block from
-the queue evicts it: its hash leaves the map.
+Free room: unhashed free blocks (a deque) and cached blocks (hashed, unreferenced, ordered by
+the ``eviction`` policy of ``allocators.cache_policy``, keyed by hash). Allocation takes an
+unhashed block first, else evicts the policy's victim. ``free`` drops one reference per block,
+walking the table from its tail; a block whose last reference goes is
+  * hashed: added to the policy at the time of the release (a counter), still findable by its
+    hash until it is evicted;
+  * not hashed: put at the FRONT of the deque (it caches nothing, so it is reused first).
+A hit on a cached block is an access and takes it out of the policy; a hit on a live block
+is an access. With ``eviction=lru`` cached blocks are evicted least recently freed first, and
+within one freed sequence tail blocks first; unhashed blocks of one free are also reused tail
+first. Taking a cached block evicts it: its hash leaves the map.
 
 Usage: cached free blocks are not allocated; they are their own category
 (``MemoryUsage.cached``), external in the paper's four-way view.
@@ -36,11 +38,12 @@ committed blocks while its token ids are known (never more than its full blocks)
 """
 from __future__ import annotations
 
-from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections import deque
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
-from allocators.base import Admission, Fit, MemoryUsage, ceil_div
+from allocators.base import Admission, AllocatorError, Fit, MemoryUsage, ceil_div
+from allocators.cache_policy import CachePolicy, make_policy
 from allocators.paged import PagedAllocator, _PagedSeq
 
 ROOT_HASH = 0x5EED_CAFE  # parent hash of a sequence's first block
@@ -53,14 +56,45 @@ class _PrefixSeq(_PagedSeq):
     hashable: bool  # False once a computed token's id is unknown
 
 
+class _PrefixRoom:
+    """Blocks an allocation can take: unhashed free ones (reused first), then cached ones in
+    the policy's order (their keys are hashes; ``block_of`` maps them back)."""
+
+    __slots__ = ("fresh", "policy", "block_of")
+
+    def __init__(self, num_blocks: int, policy: CachePolicy, block_of: dict[int, int]) -> None:
+        self.fresh: deque[int] = deque(range(num_blocks))
+        self.policy = policy
+        self.block_of = block_of
+
+    def __len__(self) -> int:
+        return len(self.fresh) + len(self.policy)
+
+    def __iter__(self) -> Iterator[int]:
+        yield from self.fresh
+        for h in self.policy.order():
+            yield self.block_of[h]
+
+
+def eviction_policy(name: str, capacity: int) -> CachePolicy:
+    """The GPU prefix cache's policy; AllocatorError naming the allowed ones."""
+    try:
+        return make_policy(name, capacity)
+    except ValueError as e:
+        raise AllocatorError(f"eviction: {e}") from None
+
+
 class PagedPrefixAllocator(PagedAllocator):
     """``paged`` plus prefix caching; see the module docstring for hashing and eviction order."""
 
     name = "paged_prefix"
 
-    def __init__(self, num_slots: int, block_size: int = 16, debug: bool = False) -> None:
-        super().__init__(num_slots, block_size, debug)
+    def __init__(self, num_slots: int, block_size: int = 16, eviction: str = "lru", debug: bool = False) -> None:
+        self.eviction = eviction
         self._hash_to_block: dict[int, int] = {}
+        self._policy = eviction_policy(eviction, max(1, num_slots // max(1, block_size)))
+        self._release_clock = 0
+        super().__init__(num_slots, block_size, debug)
         self._block_hash: list[int | None] = [None] * self.num_blocks
         self._block_key: list[tuple[int, tuple[int, ...]] | None] = [None] * self.num_blocks
         self._uncommitted: set[int] = set()  # sequences grown since the last commit
@@ -74,33 +108,39 @@ class PagedPrefixAllocator(PagedAllocator):
     def _hash_block(parent: int, tokens: tuple[int, ...]) -> int:
         return hash((parent, tokens))
 
-    # -- free queue ------------------------------------------------------------------------
+    # -- free room ------------------------------------------------------------------------
     def _init_free_list(self) -> None:
-        self._free: OrderedDict[int, None] = OrderedDict.fromkeys(range(self.num_blocks))  # type: ignore[assignment]
+        self._free = _PrefixRoom(self.num_blocks, self._policy, self._hash_to_block)  # type: ignore[assignment]
 
     def _take_block(self) -> int:
-        block, _ = self._free.popitem(last=False)
-        h = self._block_hash[block]
-        if h is not None:  # evict the cached block
-            del self._hash_to_block[h]
-            self._block_hash[block] = None
-            self._block_key[block] = None
-            self._evictions += 1
-            self._num_cached -= 1
+        room = self._free
+        if room.fresh:
+            return room.fresh.popleft()
+        h = self._policy.evict()
+        block = self._hash_to_block.pop(h)
+        self._evicted(block, h, self._block_key[block])
+        self._block_hash[block] = None
+        self._block_key[block] = None
+        self._evictions += 1
+        self._num_cached -= 1
         return block
 
+    def _evicted(self, block: int, h: int, key: tuple[int, tuple[int, ...]] | None) -> None:
+        """Hook: the cached block ``block`` (hash ``h``) is about to lose its K/V."""
+
     def _release_blocks(self, blocks: list[int]) -> None:
-        free = self._free
+        policy = self._policy
+        fresh = self._free.fresh
         unhashed = []
         for b in blocks:
-            if self._block_hash[b] is None:
+            h = self._block_hash[b]
+            if h is None:
                 unhashed.append(b)
             else:
-                free[b] = None
+                self._release_clock += 1
+                policy.add(h, self._release_clock)
                 self._num_cached += 1
-        for b in reversed(unhashed):
-            free[b] = None
-            free.move_to_end(b, last=False)
+        fresh.extendleft(reversed(unhashed))  # the first released ends up first
 
     # -- lifecycle -------------------------------------------------------------------------
     def admit(self, seq_id: int, prompt: Sequence[int], max_len: int, final_len: int | None = None) -> Admission:
@@ -126,10 +166,12 @@ class PagedPrefixAllocator(PagedAllocator):
         fresh = ceil_div(len(prompt), bs) - len(hits)
         if fresh + revived > len(self._free):
             return Admission(Fit.LATER, f"prompt needs {fresh + revived} free blocks; {len(self._free)} free")
-        for b in hits:
+        policy = self._policy
+        for b, h in zip(hits, hashes):
             if not ref[b]:
-                del self._free[b]
+                policy.remove(h)  # taken into use, then accessed: in use, the policy remembers the hit
                 self._num_cached -= 1
+            policy.access(h, self._release_clock)
             ref[b] += 1
         table = hits + self._take_fresh(fresh)
         cached = len(hits) * bs
@@ -210,7 +252,7 @@ class PagedPrefixAllocator(PagedAllocator):
     # -- views -------------------------------------------------------------------------------
     def cached_blocks(self) -> list[int]:
         """Free blocks still findable by hash, in eviction order."""
-        return [b for b in self._free if self._block_hash[b] is not None]
+        return [self._hash_to_block[h] for h in self._policy.order()]
 
     def usage(self, final_lens: Mapping[int, int]) -> MemoryUsage:
         u = super().usage(final_lens)
@@ -224,13 +266,17 @@ class PagedPrefixAllocator(PagedAllocator):
         out["prefix_hit_rate"] = self._hits / self._queries if self._queries else None
         # cached tokens over prompt tokens (bar the last): comparable across block sizes
         out["prefix_token_hit_rate"] = self._hits * self.block_size / self._query_tokens if self._query_tokens else None
-        out["cached_free_blocks"] = sum(1 for b in self._free if self._block_hash[b] is not None)
+        out["cached_free_blocks"] = self._num_cached
         out["evictions"] = self._evictions
         return out
 
     def check_invariants(self) -> None:
         super().check_invariants()
-        assert self._num_cached == len(self.cached_blocks()), "cached block count is wrong"
+        assert self._num_cached == len(self.cached_blocks()) == len(self._policy), "cached block count is wrong"
+        for h in self._policy.order():
+            b = self._hash_to_block.get(h)
+            assert b is not None and not self._ref[b], f"policy holds hash {h}: not a cached free block"
+        assert not any(self._block_hash[b] is not None for b in self._free.fresh), "a hashed block in the fresh deque"
         for h, b in self._hash_to_block.items():
             assert self._block_hash[b] == h, f"map says hash {h} -> block {b}; block says {self._block_hash[b]}"
         bs = self.block_size
