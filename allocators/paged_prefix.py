@@ -29,6 +29,13 @@ is an access. With ``eviction=lru`` cached blocks are evicted least recently fre
 within one freed sequence tail blocks first; unhashed blocks of one free are also reused tail
 first. Taking a cached block evicts it: its hash leaves the map.
 
+Tiers (``attach_tiers``, ``allocators.tiers``): past the GPU hits, the lookup goes on chunk by
+chunk (``chunk_blocks`` GPU blocks, keyed by the hash of the chunk's last block) in the host,
+then the disk tier, until a chunk is in neither or ends past ``prompt[:-1]``. A chunk found
+there is loaded, not recomputed: its missing blocks take fresh GPU blocks, are hashed at once
+and count in ``num_cached_tokens``. Write-through stores each chunk the GPU completes; write-back
+stores a chunk when the GPU evicts its last block while the chunk's other blocks are cached.
+
 Usage: cached free blocks are not allocated; they are their own category
 (``MemoryUsage.cached``), external in the paper's four-way view.
 
@@ -45,6 +52,7 @@ from dataclasses import dataclass
 from allocators.base import Admission, AllocatorError, Fit, MemoryUsage, ceil_div
 from allocators.cache_policy import CachePolicy, make_policy
 from allocators.paged import PagedAllocator, _PagedSeq
+from allocators.tiers import TierStack
 
 ROOT_HASH = 0x5EED_CAFE  # parent hash of a sequence's first block
 
@@ -103,6 +111,8 @@ class PagedPrefixAllocator(PagedAllocator):
         self._hits = 0
         self._evictions = 0
         self._num_cached = 0  # hashed blocks in the free queue
+        self._tiers: TierStack | None = None
+        self._block_pos: list[int] = [0] * self.num_blocks  # a hashed block's index in its prefix
 
     @staticmethod
     def _hash_block(parent: int, tokens: tuple[int, ...]) -> int:
@@ -126,7 +136,51 @@ class PagedPrefixAllocator(PagedAllocator):
         return block
 
     def _evicted(self, block: int, h: int, key: tuple[int, tuple[int, ...]] | None) -> None:
-        """Hook: the cached block ``block`` (hash ``h``) is about to lose its K/V."""
+        """The cached block ``block`` (hash ``h``) is about to lose its K/V: write-back stores its
+        chunk when it ends one and the chunk's other blocks are still cached."""
+        tiers = self._tiers
+        if tiers is None or tiers.write != "back" or (self._block_pos[block] + 1) % tiers.chunk_blocks:
+            return
+        parent = key[0]
+        for _ in range(tiers.chunk_blocks - 1):
+            b = self._hash_to_block.get(parent)
+            if b is None:
+                return
+            parent = self._block_key[b][0]
+        tiers.gpu_evicted(h)
+
+    def attach_tiers(self, tiers: TierStack) -> None:
+        """Put the host (and disk) tiers behind this GPU prefix cache (before the first admit)."""
+        if self._seqs or self._queries:
+            raise AllocatorError("attach_tiers before the first admit")
+        self._tiers = tiers
+
+    def take_tier_loads(self):
+        """Loads from the tiers since the last call (``allocators.tiers.Loads``), or None without tiers."""
+        return None if self._tiers is None else self._tiers.take_loads()
+
+    def _tier_hits(self, prompt: Sequence[int], start: int, parent: int,
+                   queries: int) -> list[tuple[int, tuple[int, tuple[int, ...]], str, int]]:
+        """Blocks ``start``.. of the prompt found chunk by chunk in the tiers: (hash, key, tier, chunk key)."""
+        tiers, bs = self._tiers, self.block_size
+        k = tiers.chunk_blocks
+        found: list[tuple[int, tuple[int, tuple[int, ...]], str, int]] = []
+        i = start
+        while i < queries:
+            end = (i // k + 1) * k  # blocks [i, end) complete the chunk
+            if end > queries:
+                break
+            chunk: list[tuple[int, tuple[int, tuple[int, ...]]]] = []
+            for j in range(i, end):
+                key = (parent, tuple(prompt[j * bs:(j + 1) * bs]))
+                parent = self._hash_block(*key)
+                chunk.append((parent, key))
+            where = tiers.where(parent)
+            if where is None:
+                break
+            found.extend((h, key, where, parent) for h, key in chunk)
+            i = end
+        return found
 
     def _release_blocks(self, blocks: list[int]) -> None:
         policy = self._policy
@@ -161,6 +215,7 @@ class PagedPrefixAllocator(PagedAllocator):
             hits.append(block)
             hashes.append(h)
             parent = h
+        loaded = self._tier_hits(prompt, len(hits), parent, queries) if self._tiers is not None else ()
         ref = self._ref
         revived = sum(1 for b in hits if not ref[b])
         fresh = ceil_div(len(prompt), bs) - len(hits)
@@ -174,7 +229,9 @@ class PagedPrefixAllocator(PagedAllocator):
             policy.access(h, self._release_clock)
             ref[b] += 1
         table = hits + self._take_fresh(fresh)
-        cached = len(hits) * bs
+        if loaded:
+            self._register_loaded(table, len(hits), loaded, hashes)
+        cached = (len(hits) + len(loaded)) * bs
         self._seqs[seq_id] = _PrefixSeq(table, cached, len(prompt), max_len, list(prompt), hashes, True)
         self._queries += queries
         self._query_tokens += max(len(prompt) - 1, 0)
@@ -182,6 +239,23 @@ class PagedPrefixAllocator(PagedAllocator):
         if self.debug:
             self.check_invariants()
         return Admission(Fit.OK, num_cached_tokens=cached)
+
+    def _register_loaded(self, table: list[int], start: int, loaded, hashes: list[int]) -> None:
+        """Book the chunks loaded from the tiers into the fresh blocks ``table[start:]``."""
+        tiers = self._tiers
+        counts: dict[tuple[int, str], int] = {}
+        for i, (h, key, where, chunk) in enumerate(loaded, start):
+            block = table[i]
+            hashes.append(h)
+            counts[(chunk, where)] = counts.get((chunk, where), 0) + 1
+            if h not in self._hash_to_block:
+                self._hash_to_block[h] = block
+                self._block_hash[block] = h
+                self._block_key[block] = key
+                self._block_pos[block] = i
+        for (chunk, where), blocks in counts.items():
+            tiers.load(chunk, where, blocks)
+            tiers.computed(chunk)
 
     _tracks_ids = True
 
@@ -240,6 +314,9 @@ class PagedPrefixAllocator(PagedAllocator):
                 self._hash_to_block[h] = block
                 self._block_hash[block] = h
                 self._block_key[block] = key
+                self._block_pos[block] = i
+            if self._tiers is not None and not (i + 1) % self._tiers.chunk_blocks:
+                self._tiers.computed(h)
 
     def _child_of(self, parent: _PagedSeq) -> _PagedSeq:
         assert isinstance(parent, _PrefixSeq)
@@ -268,6 +345,26 @@ class PagedPrefixAllocator(PagedAllocator):
         out["prefix_token_hit_rate"] = self._hits * self.block_size / self._query_tokens if self._query_tokens else None
         out["cached_free_blocks"] = self._num_cached
         out["evictions"] = self._evictions
+        if self._tiers is not None:
+            out.update(self._tier_stats())
+        return out
+
+    def _tier_stats(self) -> dict[str, float | int | None]:
+        """Token hit rates per tier and in total (over prompt tokens bar the last), bytes moved."""
+        tiers, q = self._tiers, self._query_tokens
+        gpu = self._hits * self.block_size
+        host, disk = tiers.hit_tokens["host"], tiers.hit_tokens["disk"]
+        rate = (lambda n: n / q if q else None)
+        out: dict[str, float | int | None] = {
+            "tier_hit_rate_gpu": rate(gpu), "tier_hit_rate_host": rate(host),
+            "tier_hit_rate_disk": rate(disk) if tiers.disk is not None else None,
+            "tier_hit_rate_total": rate(gpu + host + disk),
+            "tier_recompute_tokens_saved": host + disk,
+            "tier_host_evictions": tiers.host.evictions,
+            "tier_disk_evictions": tiers.disk.evictions if tiers.disk is not None else None,
+        }
+        for direction, nbytes in tiers.bytes_moved.items():
+            out[f"tier_bytes_{direction}"] = nbytes if tiers.disk is not None or "disk" not in direction else None
         return out
 
     def check_invariants(self) -> None:
@@ -277,6 +374,8 @@ class PagedPrefixAllocator(PagedAllocator):
             b = self._hash_to_block.get(h)
             assert b is not None and not self._ref[b], f"policy holds hash {h}: not a cached free block"
         assert not any(self._block_hash[b] is not None for b in self._free.fresh), "a hashed block in the fresh deque"
+        if self._tiers is not None:
+            self._tiers.check_invariants()
         for h, b in self._hash_to_block.items():
             assert self._block_hash[b] == h, f"map says hash {h} -> block {b}; block says {self._block_hash[b]}"
         bs = self.block_size
