@@ -361,6 +361,8 @@ class PagedPrefixAllocator(PagedAllocator):
             "tier_hit_rate_total": rate(gpu + host + disk),
             "tier_recompute_tokens_saved": host + disk,
             "tier_host_evictions": tiers.host.evictions,
+            "tier_host_used_bytes": tiers.host.used_bytes,  # held at the end of the run
+            "tier_disk_used_bytes": tiers.disk.used_bytes if tiers.disk is not None else None,
             "tier_disk_evictions": tiers.disk.evictions if tiers.disk is not None else None,
         }
         for direction, nbytes in tiers.bytes_moved.items():

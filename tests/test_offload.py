@@ -167,3 +167,30 @@ def test_good_offload_settings_pass_the_precheck(tmp_path):
                  [PP, "offload=host", "offload.host_gpu_multiple=0.5", "offload.load=blocking"],
                  [PP, "offload=host", "offload.host_gpu_multiple=null", "offload.host_bytes=64e9"], []):
         assert precheck([*args, f"results_dir={tmp_path / 'r'}"]) is None, args
+
+
+# -- whole runs (sim) -------------------------------------------------------------------------------
+def _run(tmp_path, *overrides):
+    from hydra import compose, initialize_config_dir
+
+    from kvbench.app import run as run_app
+    from kvbench.config import CONF_DIR
+
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose(config_name="config", overrides=[
+            "allocator=paged_prefix", "workload=multiturn", "workload.num_requests=16", "engine.kv_cache_bytes=1.6384e9",
+            "logger=none", "progress=false", "metrics.report=false", f"results_dir={tmp_path / 'r'}", *overrides])
+    return run_app(cfg)
+
+
+def test_a_host_tier_recovers_what_the_gpu_evicted_and_blocking_loads_cost_more(tmp_path):
+    none = _run(tmp_path)
+    assert not any(key.startswith("tier_") for key in none)  # offload=none: the summary of today
+    overlap = _run(tmp_path, "offload=host", "offload.host_gpu_multiple=8.0")
+    blocking = _run(tmp_path, "offload=host", "offload.host_gpu_multiple=8.0", "offload.load=blocking")
+    assert overlap["tier_hit_rate_gpu"] == pytest.approx(none["prefix_token_hit_rate"], abs=0.05)
+    assert overlap["tier_hit_rate_host"] > 0 and overlap["tier_recompute_tokens_saved"] > 0
+    assert overlap["tier_hit_rate_total"] > none["prefix_token_hit_rate"]
+    assert overlap["tier_bytes_host_to_gpu"] > 0 and overlap["tier_bytes_disk_to_gpu"] is None
+    assert blocking["tier_load_s"] > overlap["tier_load_s"] >= 0
+    assert blocking["offload_load"] == "blocking" and overlap["offload_host_bytes"] == 8 * overlap["kv_bytes"]
