@@ -194,3 +194,35 @@ def test_a_host_tier_recovers_what_the_gpu_evicted_and_blocking_loads_cost_more(
     assert overlap["tier_bytes_host_to_gpu"] > 0 and overlap["tier_bytes_disk_to_gpu"] is None
     assert blocking["tier_load_s"] > overlap["tier_load_s"] >= 0
     assert blocking["offload_load"] == "blocking" and overlap["offload_host_bytes"] == 8 * overlap["kv_bytes"]
+
+
+def test_behind_a_small_gpu_pool_the_tiers_reach_the_trace_ceiling(tmp_path):
+    """Four requests far apart on a GPU pool that holds about one request: the GPU alone loses
+    what it evicted; a host tier (or host + disk) serves exactly the trace's ceiling."""
+    from test_trace_workloads import B, write_mooncake
+
+    rows = [(0, 3 * B + 1, 3, [1, 2, 3, 4]), (60_000, 2 * B + 1, 3, [1, 2, 5]),
+            (120_000, 3 * B + 1, 3, [1, 6, 7, 8]), (180_000, 3 * B + 1, 3, [1, 2, 3, 9])]
+    path = write_mooncake(tmp_path / "t.jsonl", rows)
+    ceiling = (0 + 2 * B + B + 3 * B) / (3 * B + 2 * B + 3 * B + 3 * B)
+    base = ["model=llama-3-8b", "gpu=h100-80gb", "workload=mooncake_conversation", f"workload.path={path}",
+            "allocator=paged_prefix", "allocator.block_size=16", f"engine.kv_cache_bytes={1600 * 131072}"]
+    from hydra import compose, initialize_config_dir
+
+    from kvbench.app import run as run_app
+    from kvbench.config import CONF_DIR
+
+    def run_with(*overrides):
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+            cfg = compose(config_name="config", overrides=[*base, *overrides, f"results_dir={tmp_path / 'r'}",
+                                                           "logger=none", "progress=false", "metrics.report=false"])
+        return run_app(cfg)
+
+    gpu_only = run_with()
+    assert gpu_only["trace_reuse_ceiling"] == pytest.approx(ceiling)
+    assert gpu_only["prefix_token_hit_rate"] < ceiling - 0.1
+    host = run_with("offload=host", "offload.host_gpu_multiple=8.0", "engine.debug=true")
+    assert host["tier_hit_rate_total"] == pytest.approx(ceiling)
+    disk = run_with("offload=host_disk", "offload.host_gpu_multiple=0.4", "offload.disk_bytes=1e12",
+                    "offload.block_tokens=512", "engine.debug=true")
+    assert disk["tier_hit_rate_total"] == pytest.approx(ceiling) and disk["tier_hit_rate_disk"] > 0
