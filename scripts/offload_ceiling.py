@@ -22,9 +22,14 @@ CASES: dict[str, list[str]] = {
     **{f"host-{m}x": ["offload=host", f"offload.host_gpu_multiple={m}.0"] for m in (1, 2, 4, 8)},
     "host-1x+disk-100TB": ["offload=host_disk", "offload.host_gpu_multiple=1.0", "offload.disk_bytes=1.0e14"],
 }
+# the host tier's eviction policy at 2x the GPU's KV bytes (--policies)
+POLICY_CASES: dict[str, list[str]] = {
+    f"host-2x-{p}": ["offload=host", "offload.host_gpu_multiple=2.0", f"offload.policy={p}"]
+    for p in ("lru", "arc", "lfu", "slru")
+}
 COLUMNS = ("prefix_token_hit_rate", "tier_hit_rate_gpu", "tier_hit_rate_host", "tier_hit_rate_disk",
            "tier_hit_rate_total", "trace_reuse_ceiling", "tier_load_s", "tier_recompute_tokens_saved",
-           "num_finished", "num_refused_overlong", "mean_ttft_s", "p99_ttft_s", "request_throughput")
+           "num_finished", "num_refused_overlong", "num_preemptions", "mean_ttft_s", "p99_ttft_s", "request_throughput")
 
 
 def run_case(name: str, overrides: list[str], duration: float, results: Path) -> dict:
@@ -47,11 +52,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--time-scale", type=float, default=1.0,
                         help="replayed gap = trace gap x this (> 1: the same requests, less load)")
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--policies", action="store_true", help="the host-2x tier under each eviction policy instead")
     args = parser.parse_args(argv)
     only = {n for n in args.only.split(",") if n}
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        for name, overrides in CASES.items():
+        for name, overrides in (POLICY_CASES if args.policies else CASES).items():
             if only and name not in only:
                 continue
             row = run_case(name, [*overrides, f"workload.time_scale={args.time_scale}"], args.duration, Path(tmp))
