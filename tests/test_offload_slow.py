@@ -2,7 +2,8 @@
 
 Llama-3-8B (32K context) on one H100-80GB, paged_prefix at block size 16
 (``scripts/offload_ceiling.py``): host tiers of 1x, 2x, 4x and 8x the GPU's KV bytes raise the
-total token hit rate monotonically from the GPU-only figure toward the trace's reuse ceiling; a disk tier large enough for the whole window gets within one point of the ceiling.
+total token hit rate monotonically from the GPU-only figure toward the trace's reuse
+ceiling; a disk tier large enough for the whole window gets within one point of the ceiling.
 """
 from __future__ import annotations
 
