@@ -18,7 +18,8 @@ silently. ``capacity`` (entries) bounds ARC's ghost lists and SLRU's protected s
 Policies (``POLICIES``):
 
 * ``lru``: least recent ``now`` first; equal times in order of ``add``. A key re-added with a
-  new time moves; with the same time it keeps its place and gains a later one.
+  new time moves; with the same time it keeps its place and gains a later one. Callers whose
+  times never decrease get the same order from an OrderedDict (``make_policy(monotone=True)``).
 * ``arc``: Megiddo and Modha's adaptive replacement cache. T1 holds keys seen once, T2 keys
   seen twice or more (an access, or a return from a ghost list); B1 and B2 remember keys
   evicted from T1 and T2. A key added while in B1 raises the target size ``p`` of T1 by
@@ -144,6 +145,47 @@ class LRUPolicy(CachePolicy):
                 seen.add(key)
                 out.append(key)
         return out
+
+
+class OrderedLRUPolicy(CachePolicy):
+    """``lru`` for callers whose times never decrease (``paged_prefix``, the tiers): the order of
+    the last add or access is the order of time, so an OrderedDict keeps it in O(1)."""
+
+    name = "lru"
+
+    def __init__(self, capacity: int) -> None:
+        super().__init__(capacity)
+        self._keys: OrderedDict[Key, None] = OrderedDict()
+
+    def add(self, key: Key, now: int = 0) -> None:
+        self._keys[key] = None
+        self._keys.move_to_end(key)
+
+    def access(self, key: Key, now: int = 0) -> None:
+        if key in self._keys:
+            self._keys.move_to_end(key)
+
+    def remove(self, key: Key) -> None:
+        self._keys.pop(key, None)
+
+    def evict(self, alive: Callable[[Key], bool] = _always) -> Key:
+        while True:
+            key, _ = self._keys.popitem(last=False)
+            if alive(key):
+                return key
+
+    def requeue(self, key: Key, now: int = 0) -> None:
+        self._keys[key] = None
+        self._keys.move_to_end(key, last=False)
+
+    def __contains__(self, key: Key) -> bool:
+        return key in self._keys
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def order(self) -> list[Key]:
+        return list(self._keys)
 
 
 class ARCPolicy(CachePolicy):
@@ -389,9 +431,12 @@ POLICIES: dict[str, type[CachePolicy]] = {
 }
 
 
-def make_policy(name: str, capacity: int) -> CachePolicy:
-    """The policy ``name`` for a cache of ``capacity`` entries; ValueError naming the allowed ones."""
+def make_policy(name: str, capacity: int, monotone: bool = False) -> CachePolicy:
+    """The policy ``name`` for a cache of ``capacity`` entries; ValueError naming the allowed ones.
+    ``monotone``: the caller's times never decrease, so ``lru`` may keep its order in O(1)."""
     cls = POLICIES.get(name) if isinstance(name, str) else None
     if cls is None:
         raise ValueError(f"unknown eviction policy {name!r}; allowed: {', '.join(POLICIES)}")
+    if monotone and cls is LRUPolicy:
+        cls = OrderedLRUPolicy
     return cls(max(1, capacity))

@@ -84,10 +84,10 @@ class _PrefixRoom:
             yield self.block_of[h]
 
 
-def eviction_policy(name: str, capacity: int) -> CachePolicy:
+def eviction_policy(name: str, capacity: int, monotone: bool = False) -> CachePolicy:
     """The GPU prefix cache's policy; AllocatorError naming the allowed ones."""
     try:
-        return make_policy(name, capacity)
+        return make_policy(name, capacity, monotone)
     except ValueError as e:
         raise AllocatorError(f"eviction: {e}") from None
 
@@ -100,7 +100,7 @@ class PagedPrefixAllocator(PagedAllocator):
     def __init__(self, num_slots: int, block_size: int = 16, eviction: str = "lru", debug: bool = False) -> None:
         self.eviction = eviction
         self._hash_to_block: dict[int, int] = {}
-        self._policy = eviction_policy(eviction, max(1, num_slots // max(1, block_size)))
+        self._policy = eviction_policy(eviction, max(1, num_slots // max(1, block_size)), monotone=True)
         self._release_clock = 0
         super().__init__(num_slots, block_size, debug)
         self._block_hash: list[int | None] = [None] * self.num_blocks

@@ -96,8 +96,8 @@ class TierStack:
         chunk_bytes = slot_bytes * block_tokens
         self.write = write
         self.debug = debug
-        self.host = Tier("host", host_bytes, chunk_bytes, make_policy(host_policy, max(1, host_bytes // chunk_bytes)))
-        self.disk = (Tier("disk", disk_bytes, chunk_bytes, make_policy(disk_policy, max(1, disk_bytes // chunk_bytes)))
+        self.host = Tier("host", host_bytes, chunk_bytes, make_policy(host_policy, max(1, host_bytes // chunk_bytes), monotone=True))
+        self.disk = (Tier("disk", disk_bytes, chunk_bytes, make_policy(disk_policy, max(1, disk_bytes // chunk_bytes), monotone=True))
                      if disk_bytes else None)
         self.clock = 0
         self.loads = Loads()

@@ -136,3 +136,29 @@ def test_order_predicts_evictions_on_random_operations(name):
             assert p.evict() == expected
             evictable.discard(expected)
         assert set(p.order()) == evictable and len(p) == len(evictable)
+
+
+def test_ordered_lru_keeps_the_heap_lru_order_when_times_never_decrease():
+    rng = random.Random(11)
+    heap, ordered = make_policy("lru", 8), make_policy("lru", 8, monotone=True)
+    assert type(heap).__name__ == "LRUPolicy" and type(ordered).__name__ == "OrderedLRUPolicy"
+    evictable: set[str] = set()
+    for now in range(600):
+        key = f"k{rng.randrange(10)}"
+        op = rng.random()
+        if key in evictable and op < 0.3:
+            heap.access(key, now)
+            ordered.access(key, now)
+        elif key in evictable and op < 0.5:
+            heap.remove(key)
+            ordered.remove(key)
+            evictable.discard(key)
+        elif key not in evictable and op < 0.8:
+            heap.add(key, now)
+            ordered.add(key, now)
+            evictable.add(key)
+        elif evictable:
+            victim = heap.evict()
+            assert ordered.evict() == victim
+            evictable.discard(victim)
+        assert heap.order() == ordered.order()
