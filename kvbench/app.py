@@ -41,6 +41,7 @@ from kvbench.engine import Engine, SchedulerConfig
 from kvbench.engine.policies import scheduler_class
 from kvbench.engine.policy_checks import check_priorities, policy_knobs
 from kvbench.geometry import KVGeometry
+from kvbench.offload import LoadCost, build_tiers
 from kvbench import signals
 from kvbench.rundir import discard, discard_sweep, hold_run_lock
 from kvbench.signals import Terminated
@@ -65,6 +66,7 @@ class Prepared:
     executor: object
     device: str
     gpu_profile: str | None
+    tiers: object = None  # allocators.tiers.TierStack when offload is on
 
 
 def _kv_bytes(cfg: DictConfig) -> tuple[int, str, str | None]:
@@ -133,6 +135,10 @@ def prepare(cfg: DictConfig) -> Prepared:
     geometry = KVGeometry.from_model_cfg(cfg.model)
     kv_bytes, device, gpu_profile = _kv_bytes(cfg)
     num_slots, allocator = _allocator(cfg, geometry, kv_bytes)
+    tiers = build_tiers(cfg, geometry.bytes_per_slot, num_slots * geometry.bytes_per_slot, allocator.block_size,
+                        bool(cfg.engine.debug))
+    if tiers is not None:
+        allocator.attach_tiers(tiers)
     workload = _workload(cfg)
     check_priorities(cfg, workload.requests)
     if cfg.backend.name == "sim":
@@ -148,7 +154,7 @@ def prepare(cfg: DictConfig) -> Prepared:
         if executor.cost is not None:
             gpu_profile = str(cfg.gpu.name)  # the profile that times the steps
     return Prepared(geometry, num_slots * geometry.bytes_per_slot, num_slots, allocator, workload,
-                    executor, device, gpu_profile)
+                    executor, device, gpu_profile, tiers)
 
 
 _WORKLOADS: dict[str, object] = {}  # built by the pre-check, reused by the run in the same process
@@ -237,12 +243,15 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None, logger=None, run_id:
                         progress=progress.update_to if progress else None,
                         memmap_every=int(eng.get("memmap_every") or 0),
                         scheduler_cls=scheduler_class(_scheduling(cfg), str(eng.get("batching", "continuous"))),
-                        max_concurrency=cfg.workload.get("max_concurrency"))
+                        max_concurrency=cfg.workload.get("max_concurrency"),
+                        load_cost=LoadCost.from_configs(cfg) if prep.tiers is not None else None)
         out = engine.run(requests)
     finally:
         if progress:
             progress.close()
     summary = _identity(cfg, prep, run_id) | out.summary | _serving(cfg, out) | _extras(cfg, prep, out)
+    if prep.tiers is not None:  # offload columns only when a tier is on: offload=none runs stay byte-identical
+        summary |= _offload_columns(cfg, prep, engine)
     summary["granularity"] = granularity(summary)
     summary["wall_s"] = time.perf_counter() - wall0
     summary |= provenance()
@@ -313,6 +322,24 @@ def _serving(cfg: DictConfig, out) -> dict:
     return serving_metrics(out.requests, out.summary["duration_s"],
                            percentiles=parse_percentiles(metrics.get("percentiles")),
                            goodput=parse_goodput(metrics.get("goodput")))
+
+
+def _offload_columns(cfg: DictConfig, prep: Prepared, engine: Engine) -> dict:
+    """The tiers' settings, hit rates per tier, bytes moved and load seconds on the critical path."""
+    stats = prep.allocator.stats()
+    tiers = prep.tiers
+    cols = {key: value for key, value in stats.items() if key.startswith("tier_")}
+    return cols | {
+        "offload": str(cfg.offload.name),
+        "offload_host_bytes": tiers.host.capacity_bytes,
+        "offload_disk_bytes": tiers.disk.capacity_bytes if tiers.disk is not None else 0,
+        "offload_block_tokens": tiers.chunk_tokens,
+        "offload_policy": str(cfg.offload.policy),
+        "offload_write": str(cfg.offload.write),
+        "offload_load": str(cfg.offload.load),
+        "offload_link": str(cfg.gpu.offload_link),
+        "tier_load_s": engine.load_s,
+    }
 
 
 def _extras(cfg: DictConfig, prep: Prepared, out) -> dict:

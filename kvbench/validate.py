@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from kvbench.config import ConfigError
 from kvbench.engine.scheduler import beam_limit_error
+from kvbench.offload import check_offload
 
 PIB = 2**50
 MAX_REQUESTS = 10_000_000  # as many arrivals as a duration_s workload may make
@@ -138,6 +139,10 @@ RULES: list[Rule] = [
     # host costs of the system profile (null: the cost model's default), seconds
     *(Rule(f"system.{key}", "number", low=0, high=MAX_HOST_S, optional=True, when=_has(f"system.{key}"))
       for key in ("step_overhead_s", "seq_overhead_s", "sample_host_s", "eager_layer_issue_s")),
+    # the disk of the offload tiers (kvbench/offload.py)
+    *(Rule(f"system.{key}", "number", above=0, high=1e15, when=_has(f"system.{key}"))
+      for key in ("disk_read_bandwidth", "disk_write_bandwidth")),
+    Rule("system.disk_latency_s", "number", low=0, high=MAX_HOST_S, when=_has("system.disk_latency_s")),
     # workload knobs of one workload each (absent elsewhere)
     Rule("workload.prefix_len", "int", low=0, high=10_000_000, when=_has("workload.prefix_len")),
     Rule("workload.max_turns", "int", low=1, high=10_000, when=_has("workload.max_turns")),
@@ -182,6 +187,7 @@ def check_rules(cfg) -> None:
     check_choices(cfg)
     check_baseline(cfg)
     check_wandb_key(cfg)
+    check_offload(cfg)
 
 
 def _check_allreduce_table(cfg) -> None:

@@ -39,8 +39,10 @@ class Engine:
     def __init__(self, allocator: Allocator, executor, cfg: SchedulerConfig, *,
                  max_steps: int | None = None, progress: Callable[[int, float], None] | None = None,
                  memmap_every: int = 0, scheduler_cls: type[Scheduler] = Scheduler,
-                 max_concurrency: int | None = None) -> None:
+                 max_concurrency: int | None = None, load_cost=None) -> None:
         self.allocator = allocator
+        self.load_cost = load_cost  # kvbench.offload.LoadCost: tier loads lengthen the step (sim)
+        self.load_s = 0.0  # seconds tier loads added to the critical path
         self.memmap_every = memmap_every
         self._snapshots: list[tuple[float, object, object]] = []
         self.executor = executor
@@ -108,6 +110,8 @@ class Engine:
                 self._snapshot(now, final_lens)
             schedule_s = time.perf_counter() - t0
             result = self.executor.execute(batch)
+            if self.load_cost is not None:
+                self._add_load_time(result)
             self.allocator.commit()
             start = now
             now += result.duration_s
@@ -156,6 +160,14 @@ class Engine:
         bs = self.allocator.block_size
         per_sequence = sum(-(-s.num_computed // bs) for g in running for s in g.seqs)
         return per_sequence, per_sequence - (counts[0] - counts[1])
+
+    def _add_load_time(self, result: StepResult) -> None:
+        """This step's loads from the tiers: blocking adds them, overlap what compute does not hide."""
+        loads = self.allocator.take_tier_loads()
+        if loads:
+            extra = self.load_cost.critical(loads, result.duration_s)
+            result.duration_s += extra
+            self.load_s += extra
 
     def _snapshot(self, now: float, final_lens: dict[int, int]) -> None:
         """Category (0 external, 1 token, 2 reserved, 3 internal) and owner request of every slot."""
