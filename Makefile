@@ -109,3 +109,16 @@ gpu-check:
 
 clean:
 	rm -rf $(VENV) outputs multirun results/runs results/index.* .benchmarks
+
+# The Ray launcher (hydra/launcher=ray) in an environment of its own: it pins cloudpickle<3, which
+# joblib in .venv refuses. .venv-ray sees .venv's packages after its own (a .pth file).
+.PHONY: ray-env test-ray
+RAY_VENV := .venv-ray
+ray-env: setup
+	test -x $(RAY_VENV)/bin/python || $(PY) -m venv $(RAY_VENV)
+	$(BIN)/python -c "import site; print(site.getsitepackages()[0])" > "$$($(RAY_VENV)/bin/python -c 'import site; print(site.getsitepackages()[0])')/kvbench_main_venv.pth"
+	$(RAY_VENV)/bin/pip install -q "hydra-ray-launcher>=1.2.2"
+
+# The Ray launcher's slow tests: a local cluster, and a head plus a second node started here.
+test-ray: ray-env
+	$(RAY_VENV)/bin/python -m pytest -q -m slow tests/test_ray_launcher.py

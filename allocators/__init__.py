@@ -5,12 +5,13 @@
     contiguous    ContiguousAllocator(num_slots, block_size=16, reserve="max", max_model_len=2048, double_chunk=16, debug=False)
     buddy         BuddyAllocator(num_slots, block_size=16, reserve="max", max_model_len=2048, min_order=0, double_chunk=16, debug=False)
     paged         PagedAllocator(num_slots, block_size=16, debug=False)
-    paged_prefix  PagedPrefixAllocator(num_slots, block_size=16, debug=False)
+    paged_prefix  PagedPrefixAllocator(num_slots, block_size=16, eviction="lru", debug=False)
     paged_window  PagedWindowAllocator(num_slots, block_size=16, window (tokens, required), debug=False)
-    radix         RadixAllocator(num_slots, block_size=16, insert_running=True, debug=False)
+    radix         RadixAllocator(num_slots, block_size=16, insert_running=True, eviction="lru", debug=False)
     vattention    VAttentionAllocator(num_slots, block_size=None (auto), page_bytes=2 MiB, token_bytes=2048, reclaim="unmap", debug=False)
 
-block_size is a power of two for every strategy. ``stats()`` keys, all strategies:
+block_size is a power of two for every strategy. ``eviction`` (paged_prefix, radix) orders the
+cached blocks' eviction: ``lru``, ``arc``, ``lfu`` (with aging), ``slru`` (``allocators.cache_policy``). ``stats()`` keys, all strategies:
 ``prefix_hit_rate``, ``prefix_queries``, ``prefix_hits`` (None unless paged_prefix or radix),
 ``logical_slots`` (sum of num_tokens over live sequences: the slots they would hold without
 sharing), ``physical_slots`` (distinct slots holding computed tokens, == usage().token),

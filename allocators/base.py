@@ -180,6 +180,11 @@ class Allocator(abc.ABC):
             raise AllocatorError(f"unknown sequence {seq_id}")
         return seq
 
+    def cached_prefix_len(self, tokens: Sequence[int]) -> int:
+        """How many leading ``tokens`` an admit now would find cached (read-only; the
+        longest-prefix-match queue order asks it). 0 for allocators without a prefix cache."""
+        return 0
+
     def take_page_ops(self) -> tuple[int, int]:
         """(page groups mapped, unmapped) since the last call; virtual-memory strategies only."""
         return 0, 0
@@ -192,6 +197,13 @@ class Allocator(abc.ABC):
     def live_sequences(self) -> list[int]:
         """Ids of the sequences currently admitted."""
         raise NotImplementedError
+
+    def block_counts(self) -> tuple[int, int] | None:
+        """``(per_sequence, distinct)``: blocks the live sequences' tables hold counted once per
+        table (what they would hold without sharing), and distinct blocks they hold (with it);
+        the paper's sharing saving is ``1 - distinct / per_sequence``. None where memory is not
+        handed out in shareable blocks."""
+        return None
 
     def stats(self) -> dict[str, float | int | None]:
         """Counters for the results; ``prefix_hit_rate`` is None where sharing does not apply."""

@@ -360,6 +360,11 @@ class PagedAllocator(Allocator):
         token = (used - partial) * self.block_size + filled
         return MemoryUsage(token, reserved, internal, self.num_slots - used * self.block_size)
 
+    def block_counts(self) -> tuple[int, int] | None:
+        """Every block with a reference belongs to a live sequence's table (cached free blocks of
+        a prefix cache sit in the free queue), so the distinct count is the used-block count."""
+        return sum(len(seq.table) for seq in self._seqs.values()), self._used_blocks()
+
     def stats(self) -> dict[str, float | int | None]:
         """``logical_slots``: sum of num_tokens over live sequences (no sharing);
         ``physical_slots``: distinct slots holding computed tokens (usage().token)."""

@@ -17,15 +17,24 @@ up in order until the first miss. A hit must match the stored parent hash and to
 ``num_cached_tokens = hits * block_size``. Only admits that succeed count towards
 ``prefix_queries`` / ``prefix_hits`` (a refused admit changes nothing, counters included).
 
-Free queue (an OrderedDict, O(1) removal of a revived block). Allocation takes the front.
-``free`` drops one reference per block, walking the table from its tail; a block whose last
-reference goes is
-  * hashed: appended to the BACK, still findable by its hash until it is reused;
-  * not hashed: put at the FRONT (it caches nothing, so it is reused first).
-So cached blocks are evicted least recently freed first, and within one freed sequence tail
-blocks first (they come first in the queue); unhashed blocks of one free are also reused tail
-first. A cached block that a later admit hits leaves the queue. Taking a cached block from
-the queue evicts it: its hash leaves the map.
+Free room: unhashed free blocks (a deque) and cached blocks (hashed, unreferenced, ordered by
+the ``eviction`` policy of ``allocators.cache_policy``, keyed by hash). Allocation takes an
+unhashed block first, else evicts the policy's victim. ``free`` drops one reference per block,
+walking the table from its tail; a block whose last reference goes is
+  * hashed: added to the policy at the time of the release (a counter), still findable by its
+    hash until it is evicted;
+  * not hashed: put at the FRONT of the deque (it caches nothing, so it is reused first).
+A hit on a cached block is an access and takes it out of the policy; a hit on a live block
+is an access. With ``eviction=lru`` cached blocks are evicted least recently freed first, and
+within one freed sequence tail blocks first; unhashed blocks of one free are also reused tail
+first. Taking a cached block evicts it: its hash leaves the map.
+
+Tiers (``attach_tiers``, ``allocators.tiers``): past the GPU hits, the lookup goes on chunk by
+chunk (``chunk_blocks`` GPU blocks, keyed by the hash of the chunk's last block) in the host,
+then the disk tier, until a chunk is in neither or ends past ``prompt[:-1]``. A chunk found
+there is loaded, not recomputed: its missing blocks take fresh GPU blocks, are hashed at once
+and count in ``num_cached_tokens``. Write-through stores each chunk the GPU completes; write-back
+stores a chunk when the GPU evicts its last block while the chunk's other blocks are cached.
 
 Usage: cached free blocks are not allocated; they are their own category
 (``MemoryUsage.cached``), external in the paper's four-way view.
@@ -36,12 +45,14 @@ committed blocks while its token ids are known (never more than its full blocks)
 """
 from __future__ import annotations
 
-from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections import deque
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
-from allocators.base import Admission, Fit, MemoryUsage, ceil_div
+from allocators.base import Admission, AllocatorError, Fit, MemoryUsage, ceil_div
+from allocators.cache_policy import CachePolicy, make_policy
 from allocators.paged import PagedAllocator, _PagedSeq
+from allocators.tiers import TierStack
 
 ROOT_HASH = 0x5EED_CAFE  # parent hash of a sequence's first block
 
@@ -53,14 +64,45 @@ class _PrefixSeq(_PagedSeq):
     hashable: bool  # False once a computed token's id is unknown
 
 
+class _PrefixRoom:
+    """Blocks an allocation can take: unhashed free ones (reused first), then cached ones in
+    the policy's order (their keys are hashes; ``block_of`` maps them back)."""
+
+    __slots__ = ("fresh", "policy", "block_of")
+
+    def __init__(self, num_blocks: int, policy: CachePolicy, block_of: dict[int, int]) -> None:
+        self.fresh: deque[int] = deque(range(num_blocks))
+        self.policy = policy
+        self.block_of = block_of
+
+    def __len__(self) -> int:
+        return len(self.fresh) + len(self.policy)
+
+    def __iter__(self) -> Iterator[int]:
+        yield from self.fresh
+        for h in self.policy.order():
+            yield self.block_of[h]
+
+
+def eviction_policy(name: str, capacity: int, monotone: bool = False) -> CachePolicy:
+    """The GPU prefix cache's policy; AllocatorError naming the allowed ones."""
+    try:
+        return make_policy(name, capacity, monotone)
+    except ValueError as e:
+        raise AllocatorError(f"eviction: {e}") from None
+
+
 class PagedPrefixAllocator(PagedAllocator):
     """``paged`` plus prefix caching; see the module docstring for hashing and eviction order."""
 
     name = "paged_prefix"
 
-    def __init__(self, num_slots: int, block_size: int = 16, debug: bool = False) -> None:
-        super().__init__(num_slots, block_size, debug)
+    def __init__(self, num_slots: int, block_size: int = 16, eviction: str = "lru", debug: bool = False) -> None:
+        self.eviction = eviction
         self._hash_to_block: dict[int, int] = {}
+        self._policy = eviction_policy(eviction, max(1, num_slots // max(1, block_size)), monotone=True)
+        self._release_clock = 0
+        super().__init__(num_slots, block_size, debug)
         self._block_hash: list[int | None] = [None] * self.num_blocks
         self._block_key: list[tuple[int, tuple[int, ...]] | None] = [None] * self.num_blocks
         self._uncommitted: set[int] = set()  # sequences grown since the last commit
@@ -69,38 +111,104 @@ class PagedPrefixAllocator(PagedAllocator):
         self._hits = 0
         self._evictions = 0
         self._num_cached = 0  # hashed blocks in the free queue
+        self._tiers: TierStack | None = None
+        self._block_pos: list[int] = [0] * self.num_blocks  # a hashed block's index in its prefix
 
     @staticmethod
     def _hash_block(parent: int, tokens: tuple[int, ...]) -> int:
         return hash((parent, tokens))
 
-    # -- free queue ------------------------------------------------------------------------
+    # -- free room ------------------------------------------------------------------------
     def _init_free_list(self) -> None:
-        self._free: OrderedDict[int, None] = OrderedDict.fromkeys(range(self.num_blocks))  # type: ignore[assignment]
+        self._free = _PrefixRoom(self.num_blocks, self._policy, self._hash_to_block)  # type: ignore[assignment]
 
     def _take_block(self) -> int:
-        block, _ = self._free.popitem(last=False)
-        h = self._block_hash[block]
-        if h is not None:  # evict the cached block
-            del self._hash_to_block[h]
-            self._block_hash[block] = None
-            self._block_key[block] = None
-            self._evictions += 1
-            self._num_cached -= 1
+        room = self._free
+        if room.fresh:
+            return room.fresh.popleft()
+        h = self._policy.evict()
+        block = self._hash_to_block.pop(h)
+        self._evicted(block, h, self._block_key[block])
+        self._block_hash[block] = None
+        self._block_key[block] = None
+        self._evictions += 1
+        self._num_cached -= 1
         return block
 
+    def _evicted(self, block: int, h: int, key: tuple[int, tuple[int, ...]] | None) -> None:
+        """The cached block ``block`` (hash ``h``) is about to lose its K/V: write-back stores its
+        chunk when it ends one and the chunk's other blocks are still cached."""
+        tiers = self._tiers
+        if tiers is None or tiers.write != "back" or (self._block_pos[block] + 1) % tiers.chunk_blocks:
+            return
+        parent = key[0]
+        for _ in range(tiers.chunk_blocks - 1):
+            b = self._hash_to_block.get(parent)
+            if b is None:
+                return
+            parent = self._block_key[b][0]
+        tiers.gpu_evicted(h)
+
+    def attach_tiers(self, tiers: TierStack) -> None:
+        """Put the host (and disk) tiers behind this GPU prefix cache (before the first admit)."""
+        if self._seqs or self._queries:
+            raise AllocatorError("attach_tiers before the first admit")
+        self._tiers = tiers
+
+    def take_tier_loads(self):
+        """Loads from the tiers since the last call (``allocators.tiers.Loads``), or None without tiers."""
+        return None if self._tiers is None else self._tiers.take_loads()
+
+    def _tier_hits(self, prompt: Sequence[int], start: int, parent: int,
+                   queries: int) -> list[tuple[int, tuple[int, tuple[int, ...]], str, int]]:
+        """Blocks ``start``.. of the prompt found chunk by chunk in the tiers: (hash, key, tier, chunk key)."""
+        tiers, bs = self._tiers, self.block_size
+        k = tiers.chunk_blocks
+        found: list[tuple[int, tuple[int, tuple[int, ...]], str, int]] = []
+        i = start
+        while i < queries:
+            end = (i // k + 1) * k  # blocks [i, end) complete the chunk
+            if end > queries:
+                break
+            chunk: list[tuple[int, tuple[int, tuple[int, ...]]]] = []
+            for j in range(i, end):
+                key = (parent, tuple(prompt[j * bs:(j + 1) * bs]))
+                parent = self._hash_block(*key)
+                chunk.append((parent, key))
+            where = tiers.where(parent)
+            if where is None:
+                break
+            found.extend((h, key, where, parent) for h, key in chunk)
+            i = end
+        return found
+
     def _release_blocks(self, blocks: list[int]) -> None:
-        free = self._free
+        policy = self._policy
+        fresh = self._free.fresh
         unhashed = []
         for b in blocks:
-            if self._block_hash[b] is None:
+            h = self._block_hash[b]
+            if h is None:
                 unhashed.append(b)
             else:
-                free[b] = None
+                self._release_clock += 1
+                policy.add(h, self._release_clock)
                 self._num_cached += 1
-        for b in reversed(unhashed):
-            free[b] = None
-            free.move_to_end(b, last=False)
+        fresh.extendleft(reversed(unhashed))  # the first released ends up first
+
+    def cached_prefix_len(self, tokens: Sequence[int]) -> int:
+        """Leading tokens of ``tokens`` whose full blocks the cache holds now (as admit would hit)."""
+        bs = self.block_size
+        parent, hits = ROOT_HASH, 0
+        for i in range((len(tokens) - 1) // bs if tokens else 0):
+            key = (parent, tuple(tokens[i * bs : (i + 1) * bs]))
+            h = self._hash_block(*key)
+            block = self._hash_to_block.get(h)
+            if block is None or self._block_key[block] != key:
+                break
+            hits += 1
+            parent = h
+        return hits * bs
 
     # -- lifecycle -------------------------------------------------------------------------
     def admit(self, seq_id: int, prompt: Sequence[int], max_len: int, final_len: int | None = None) -> Admission:
@@ -121,18 +229,23 @@ class PagedPrefixAllocator(PagedAllocator):
             hits.append(block)
             hashes.append(h)
             parent = h
+        loaded = self._tier_hits(prompt, len(hits), parent, queries) if self._tiers is not None else ()
         ref = self._ref
         revived = sum(1 for b in hits if not ref[b])
         fresh = ceil_div(len(prompt), bs) - len(hits)
         if fresh + revived > len(self._free):
             return Admission(Fit.LATER, f"prompt needs {fresh + revived} free blocks; {len(self._free)} free")
-        for b in hits:
+        policy = self._policy
+        for b, h in zip(hits, hashes):
             if not ref[b]:
-                del self._free[b]
+                policy.remove(h)  # taken into use, then accessed: in use, the policy remembers the hit
                 self._num_cached -= 1
+            policy.access(h, self._release_clock)
             ref[b] += 1
         table = hits + self._take_fresh(fresh)
-        cached = len(hits) * bs
+        if loaded:
+            self._register_loaded(table, len(hits), loaded, hashes)
+        cached = (len(hits) + len(loaded)) * bs
         self._seqs[seq_id] = _PrefixSeq(table, cached, len(prompt), max_len, list(prompt), hashes, True)
         self._queries += queries
         self._query_tokens += max(len(prompt) - 1, 0)
@@ -140,6 +253,23 @@ class PagedPrefixAllocator(PagedAllocator):
         if self.debug:
             self.check_invariants()
         return Admission(Fit.OK, num_cached_tokens=cached)
+
+    def _register_loaded(self, table: list[int], start: int, loaded, hashes: list[int]) -> None:
+        """Book the chunks loaded from the tiers into the fresh blocks ``table[start:]``."""
+        tiers = self._tiers
+        counts: dict[tuple[int, str], int] = {}
+        for i, (h, key, where, chunk) in enumerate(loaded, start):
+            block = table[i]
+            hashes.append(h)
+            counts[(chunk, where)] = counts.get((chunk, where), 0) + 1
+            if h not in self._hash_to_block:
+                self._hash_to_block[h] = block
+                self._block_hash[block] = h
+                self._block_key[block] = key
+                self._block_pos[block] = i
+        for (chunk, where), blocks in counts.items():
+            tiers.load(chunk, where, blocks)
+            tiers.computed(chunk)
 
     _tracks_ids = True
 
@@ -198,6 +328,9 @@ class PagedPrefixAllocator(PagedAllocator):
                 self._hash_to_block[h] = block
                 self._block_hash[block] = h
                 self._block_key[block] = key
+                self._block_pos[block] = i
+            if self._tiers is not None and not (i + 1) % self._tiers.chunk_blocks:
+                self._tiers.computed(h)
 
     def _child_of(self, parent: _PagedSeq) -> _PagedSeq:
         assert isinstance(parent, _PrefixSeq)
@@ -210,7 +343,7 @@ class PagedPrefixAllocator(PagedAllocator):
     # -- views -------------------------------------------------------------------------------
     def cached_blocks(self) -> list[int]:
         """Free blocks still findable by hash, in eviction order."""
-        return [b for b in self._free if self._block_hash[b] is not None]
+        return [self._hash_to_block[h] for h in self._policy.order()]
 
     def usage(self, final_lens: Mapping[int, int]) -> MemoryUsage:
         u = super().usage(final_lens)
@@ -224,13 +357,41 @@ class PagedPrefixAllocator(PagedAllocator):
         out["prefix_hit_rate"] = self._hits / self._queries if self._queries else None
         # cached tokens over prompt tokens (bar the last): comparable across block sizes
         out["prefix_token_hit_rate"] = self._hits * self.block_size / self._query_tokens if self._query_tokens else None
-        out["cached_free_blocks"] = sum(1 for b in self._free if self._block_hash[b] is not None)
+        out["cached_free_blocks"] = self._num_cached
         out["evictions"] = self._evictions
+        if self._tiers is not None:
+            out.update(self._tier_stats())
+        return out
+
+    def _tier_stats(self) -> dict[str, float | int | None]:
+        """Token hit rates per tier and in total (over prompt tokens bar the last), bytes moved."""
+        tiers, q = self._tiers, self._query_tokens
+        gpu = self._hits * self.block_size
+        host, disk = tiers.hit_tokens["host"], tiers.hit_tokens["disk"]
+        rate = (lambda n: n / q if q else None)
+        out: dict[str, float | int | None] = {
+            "tier_hit_rate_gpu": rate(gpu), "tier_hit_rate_host": rate(host),
+            "tier_hit_rate_disk": rate(disk) if tiers.disk is not None else None,
+            "tier_hit_rate_total": rate(gpu + host + disk),
+            "tier_recompute_tokens_saved": host + disk,
+            "tier_host_evictions": tiers.host.evictions,
+            "tier_host_used_bytes": tiers.host.used_bytes,  # held at the end of the run
+            "tier_disk_used_bytes": tiers.disk.used_bytes if tiers.disk is not None else None,
+            "tier_disk_evictions": tiers.disk.evictions if tiers.disk is not None else None,
+        }
+        for direction, nbytes in tiers.bytes_moved.items():
+            out[f"tier_bytes_{direction}"] = nbytes if tiers.disk is not None or "disk" not in direction else None
         return out
 
     def check_invariants(self) -> None:
         super().check_invariants()
-        assert self._num_cached == len(self.cached_blocks()), "cached block count is wrong"
+        assert self._num_cached == len(self.cached_blocks()) == len(self._policy), "cached block count is wrong"
+        for h in self._policy.order():
+            b = self._hash_to_block.get(h)
+            assert b is not None and not self._ref[b], f"policy holds hash {h}: not a cached free block"
+        assert not any(self._block_hash[b] is not None for b in self._free.fresh), "a hashed block in the fresh deque"
+        if self._tiers is not None:
+            self._tiers.check_invariants()
         for h, b in self._hash_to_block.items():
             assert self._block_hash[b] == h, f"map says hash {h} -> block {b}; block says {self._block_hash[b]}"
         bs = self.block_size

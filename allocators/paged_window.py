@@ -77,6 +77,11 @@ class PagedWindowAllocator(PagedAllocator):
     def _freed(self, seq_id: int) -> None:
         self._dropped.pop(seq_id, None)
 
+    def block_counts(self) -> tuple[int, int] | None:
+        """Dropped (``DROPPED``) table entries hold no block and are not counted."""
+        per_sequence, distinct = super().block_counts()
+        return per_sequence - sum(self._dropped.values()), distinct
+
     def stats(self) -> dict[str, float | int | None]:
         out = super().stats()
         out["window_freed_slots"] = self._window_freed_blocks * self.block_size

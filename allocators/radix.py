@@ -19,10 +19,12 @@ known (a grow past the prompt with ``token_ids=None`` ends what the sequence can
   as ``paged_prefix`` counts blocks, so the two hit rates compare.
 * Block states: live (ref > 0, in some table), cached (ref 0, in the tree), free (neither).
   ``len(self._free)`` counts free + cached: the room a sequence can take.
-* Eviction: a free block is taken first; when none is left, the least recently used leaf
-  whose last page is unreferenced gives up that page (tail first), and a leaf emptied this way
-  leaves the tree, which may make its parent a leaf. Time ticks once per admit, insert and
-  free; matching or inserting through a node sets its time.
+* Eviction: a free block is taken first; when none is left, the ``eviction`` policy
+  (``allocators.cache_policy``; keys are leaves whose last page is unreferenced, offered at
+  their last access time) names a leaf, which gives up its last page (tail first) and is
+  requeued; a leaf emptied this way leaves the tree, which may make its parent a leaf. Time
+  ticks once per admit, insert and free; matching or inserting through a node sets its time.
+  With ``lru`` (the default) the least recently used such leaf goes first.
 * Duplicates: two sequences may compute the same prefix before either is inserted. A running
   insert re-points the sequence's duplicate page to the tree's block (same tokens, same K/V)
   when nobody else holds the duplicate, and stops otherwise; an insert on ``free`` walks past
@@ -38,13 +40,13 @@ Usage: cached blocks are their own category (``MemoryUsage.cached``), not extern
 """
 from __future__ import annotations
 
-import heapq
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from allocators.base import Admission, AllocatorError, Fit, MemoryUsage, ceil_div
 from allocators.paged import PagedAllocator, _PagedSeq
+from allocators.paged_prefix import eviction_policy
 
 
 @dataclass(eq=False, slots=True)
@@ -88,15 +90,15 @@ class RadixAllocator(PagedAllocator):
     _tracks_ids = True
 
     def __init__(self, num_slots: int, block_size: int = 16, insert_running: bool = True,
-                 debug: bool = False) -> None:
+                 eviction: str = "lru", debug: bool = False) -> None:
         if not isinstance(insert_running, bool):
             raise AllocatorError(f"insert_running must be true or false, got {insert_running!r}")
         super().__init__(num_slots, block_size, debug)
         self.insert_running = insert_running
+        self.eviction = eviction
         self._root = _Node(None, (), [], [])
         self._node_of: list[_Node | None] = [None] * self.num_blocks
-        self._heap: list[tuple[int, int, _Node]] = []  # (last_access, tiebreak, leaf): eviction candidates
-        self._pushes = 0
+        self._policy = eviction_policy(eviction, self.num_blocks)  # keys: evictable leaves (lazily)
         self._clock = 0
         self._queries = 0
         self._query_tokens = 0  # prompt tokens that could have hit: len(prompt) - 1 per admit
@@ -127,30 +129,30 @@ class RadixAllocator(PagedAllocator):
     def _offer(self, node: _Node) -> None:
         """Queue ``node`` for eviction if it is a leaf whose last page nobody holds."""
         if not node.children and node.blocks and not self._ref[node.blocks[-1]]:
-            self._pushes += 1
-            heapq.heappush(self._heap, (node.last_access, self._pushes, node))
+            self._policy.add(node, node.last_access)
+
+    def _evictable(self, node: _Node) -> bool:
+        """A queued node still a leaf in the tree with an unreferenced last page."""
+        return node.parent is not None and not node.children and not self._ref[node.blocks[-1]]
 
     def _evict_one(self) -> int:
         bs = self.block_size
-        while True:
-            stamp, _, node = heapq.heappop(self._heap)
-            if (node.parent is None or node.children or stamp != node.last_access
-                    or self._ref[node.blocks[-1]]):
-                continue  # stale entry
-            block = node.blocks.pop()
-            del node.tokens[-bs:]
-            self._node_of[block] = None
-            self._free.cached -= 1
-            self._evictions += 1
-            if node.blocks:
-                self._offer(node)
-            else:
-                parent = node.parent
-                del parent.children[node.key]
-                node.parent = None
-                if parent is not self._root:
-                    self._offer(parent)
-            return block
+        node = self._policy.evict(self._evictable)
+        block = node.blocks.pop()
+        del node.tokens[-bs:]
+        self._node_of[block] = None
+        self._free.cached -= 1
+        self._evictions += 1
+        if node.blocks:
+            if not self._ref[node.blocks[-1]]:
+                self._policy.requeue(node, node.last_access)
+        else:
+            parent = node.parent
+            del parent.children[node.key]
+            node.parent = None
+            if parent is not self._root:
+                self._offer(parent)
+        return block
 
     # -- tree ------------------------------------------------------------------------------------
     def _page(self, tokens: Sequence[int], index: int) -> tuple[int, ...]:
@@ -251,6 +253,12 @@ class RadixAllocator(PagedAllocator):
         self._free.free.append(own)
 
     # -- lifecycle -------------------------------------------------------------------------------
+    def cached_prefix_len(self, tokens: Sequence[int]) -> int:
+        """Leading tokens of ``tokens`` whose whole pages the tree holds now (as admit would hit)."""
+        tokens = list(tokens)
+        _, blocks = self._match(tokens, (len(tokens) - 1) // self.block_size if tokens else 0)
+        return len(blocks) * self.block_size
+
     def admit(self, seq_id: int, prompt: Sequence[int], max_len: int, final_len: int | None = None) -> Admission:
         refusal = self._refuse(seq_id, prompt, max_len, final_len)
         if refusal is not None:
@@ -367,11 +375,10 @@ class RadixAllocator(PagedAllocator):
                     assert ref[child.blocks[0]] <= ref[node.blocks[-1]], "ref grows from parent to child"
                 stack.append((child, depth + len(child.blocks)))
         assert sum(1 for n in self._node_of if n is not None) == len(depth_of), "a block maps to a node outside the tree"
-        queued = {id(node) for stamp, _, node in self._heap if stamp == node.last_access}
         for b in depth_of:
             node = self._node_of[b]
             if b == node.blocks[-1] and not node.children and not ref[b]:
-                assert id(node) in queued, f"evictable leaf ending in block {b} is not queued"
+                assert node in self._policy, f"evictable leaf ending in block {b} is not queued"
         assert self._free.cached == sum(1 for b in depth_of if not ref[b]), "cached count is wrong"
         assert all(self._node_of[b] is None and not ref[b] for b in self._free.free), "a free block is in the tree or held"
         for seq_id, seq in self._seqs.items():

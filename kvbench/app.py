@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 
 if __name__ == "__main__" or sys.argv[0].endswith("/kvbench"):  # the kvbench process: before the imports
-    from kvbench.run.signals import install_startup_handlers
+    from kvbench.run.signals import install_startup_handlers  # (kvbench/__init__ did it already when it could tell)
 
     install_startup_handlers()
 

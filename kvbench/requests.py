@@ -28,6 +28,7 @@ class Request:
     n: int = 1  # parallel samples
     beam_width: int = 1  # beam search width (1 = no beam search)
     follow_up: FollowUp | None = None  # the conversation's next turn (multi-turn chat)
+    priority: int | None = None  # scheduling class (lower = more urgent); None: the workload gives none
 
     @property
     def prompt_len(self) -> int:
@@ -46,7 +47,7 @@ def later_turns(request: Request) -> list[Request]:
     while follow is not None:
         history = history + list(follow.user_ids)
         turns.append(Request(follow.request_id, history, follow.output_len, request.arrival_s,
-                             request.n, request.beam_width))
+                             request.n, request.beam_width, priority=request.priority))
         history = history + [0] * follow.output_len
         follow = follow.next
     return turns

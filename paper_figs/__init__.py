@@ -13,7 +13,8 @@ FIGURES: tuple[str, ...] = (
 )  # fmt: skip
 
 # Beyond the paper (results/beyond): the allocators that came after PagedAttention.
-BEYOND_FIGURES: tuple[str, ...] = ("allocators_2025", "vattention_pages", "radix_multiturn")
+BEYOND_FIGURES: tuple[str, ...] = ("allocators_2025", "vattention_pages", "radix_multiturn",
+                                  "policy_rate", "preempt_cliff", "lpm_starvation")
 
 # Production traces (results/paper/traces): Azure 2023, Mooncake, arXiv.
 TRACE_FIGURES: tuple[str, ...] = ("traces_azure", "traces_prefix", "traces_pages")

@@ -50,6 +50,7 @@ def draw(index_df: pd.DataFrame, out_dir: str | Path, results_root: str | Path,
     fig, axes = plt.subplots(1 + len(METRICS), len(workloads), figsize=(4.2 * len(workloads), 11),
                              squeeze=False, sharey="row")
     for col, wl in enumerate(workloads):
+        common.check_alike(NAME, runs[runs["wl"] == wl], ["label"])
         frame = runs[runs["wl"] == wl].groupby("label").mean(numeric_only=True)
         present = [lab for lab in labels if lab in frame.index]
         x = np.arange(len(present))

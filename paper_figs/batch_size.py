@@ -29,6 +29,7 @@ def draw(index_df: pd.DataFrame, out_dir: str | Path, results_root: str | Path,
     datasets = sorted(runs["dataset"].unique(), key=lambda d: (known.index(d) if d in known else 2, d))
     order = common.label_order(runs["label"])
     several_models = runs["model"].nunique() > 1
+    common.check_alike(NAME, runs, ["label", "dataset", "model"])
     grid = sns.catplot(
         data=runs, kind="bar", x="label", y=column, order=order,
         hue="dataset", hue_order=datasets, palette="colorblind",

@@ -37,6 +37,7 @@ def draw(index_df: pd.DataFrame, out_dir: str | Path, results_root: str | Path,
     order = common.label_order(runs["family"])
     colors = common.palette(order)
     several_workloads = runs["workload"].nunique() > 1
+    common.check_alike(NAME, runs, ["block_size", "family", "workload"])
     fig, axes = plt.subplots(1, len(PANELS), figsize=(3.5 * len(PANELS), 3.3))
     for ax, (column, ylabel, scale) in zip(axes, PANELS):
         data = runs.assign(value=runs[column] * scale).dropna(subset=["value"])

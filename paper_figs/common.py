@@ -314,8 +314,49 @@ def category_handles() -> list:
             for c in CATEGORIES]
 
 
-def mean_by(df: pd.DataFrame, keys: Sequence[str], columns: Sequence[str]) -> pd.DataFrame:
-    """Mean of ``columns`` per ``keys`` over repeated runs (seeds), keys kept as columns."""
+# columns a figure derives from settings (labels, names, plotted knobs): never settings of their own
+DERIVED_COLUMNS = ("label", "family", "dataset", "budget", "wl", "value", "saving_pct", "tail_waste_pct",
+                   "attention_ms_per_token")
+
+
+def check_alike(figure: str, runs: pd.DataFrame, keys: Sequence[str]) -> None:
+    """GroupingError (the figure is not drawn, the others are) when runs a figure averages into
+    one point or bar (one value of each of ``keys``) differ in a setting other than the seed
+    (``kvbench.results.grouping``): such runs are never averaged."""
+    from kvbench.results.grouping import GroupingError, settings_that_vary, split
+
+    present = [k for k in keys if k in runs.columns]
+    for part in split(runs, present):
+        varying = settings_that_vary(part, ignore=[*present, *DERIVED_COLUMNS])
+        if varying:
+            first = part.iloc[0]
+            where = ", ".join(f"{k}={first[k]}" for k in present)
+            raise GroupingError(f"{figure}: the runs averaged at {where} differ in {', '.join(varying)}")
+
+
+def name_unlike(figure: str, runs: pd.DataFrame, keys: Sequence[str], column: str) -> pd.DataFrame:
+    """Runs a figure would average into one point (one value of each of ``keys``) that differ in a
+    setting other than the seed (a fallback that pools several studies): ``column`` (the panel's
+    name) gets those settings appended, so they are drawn apart, and the figure says so."""
+    from kvbench.results.grouping import settings_that_vary, split
+
+    present = [k for k in keys if k in runs.columns]
+    extra: dict[str, None] = {}
+    for part in split(runs, present):
+        extra.update((c, None) for c in settings_that_vary(part, ignore=[*present, *DERIVED_COLUMNS]))
+    if not extra:
+        return runs
+    out = runs.copy()
+    out[column] = [f"{value}, " + ", ".join(f"{k}={row[k]}" for k in extra)
+                   for value, (_, row) in zip(out[column], out.iterrows())]
+    note(figure, f"runs that differ in {', '.join(extra)} are drawn apart (never averaged)")
+    return out
+
+
+def mean_by(df: pd.DataFrame, keys: Sequence[str], columns: Sequence[str], figure: str = "figure") -> pd.DataFrame:
+    """Mean of ``columns`` per ``keys`` over repeated runs (seeds), keys kept as columns; only
+    runs alike in every other setting are averaged (``check_alike``)."""
+    check_alike(figure, df, keys)
     df = numeric(df, *columns)
     return df.groupby(list(keys), dropna=False, sort=False)[list(columns)].mean().reset_index()
 

@@ -13,9 +13,11 @@ system whose prompt-only steps leave the decoding requests out of that step's ba
 ``mean_batch_size`` (requests in each step's batch, averaged over steps) is used only for runs
 that predate the running-requests column, and the row says so.
 
-Sustainable rate: walking up the swept rates of one allocator, the last rate before the first
-whose normalized latency exceeds twice its latency at the lowest rate. A saturated point never
-counts, and neither does any rate after it (even if its latency happens to dip back).
+Sustainable rate (``paper_figs.sustainable``): walking up the swept rates of one allocator, the
+last rate before the first that fails the latency rule (normalized latency over twice the lowest
+rate's), the served rule (finished within 5% of arrived) or the queue rule (TTFT growing by more
+than 0.02 s per s of trace); nothing after the first failure counts, and a system failing at its
+lowest rate sustains "< that rate". Beside it, the last rate within a stated SLO (P99 TTFT <= 2 s).
 """
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ from pathlib import Path
 import pandas as pd
 
 from paper_figs.common import allocator_label
+from paper_figs.sustainable import SLO_P99_TTFT_S, ratio_text, slo_rate, sustained
 from kvbench.results.store import load_index
 
 PAPER = {  # quoted from the paper's text (section 6) and the vLLM announcement (June 2023)
@@ -62,7 +65,7 @@ def _paper_values(paper: str, allocator: str) -> list[tuple[float, float]]:
 def paper_error(measured: str, paper: str, allocator: str = "") -> str:
     """kvbench's value against the paper's, relative: ``+12%``, or ``in range`` / ``-30% below``
     / ``+5% above`` a stated range; one entry per value of a list; ``-`` without a paper value."""
-    if paper == "-":
+    if paper == "-" or measured.startswith(("n/a", "no ratio")):
         return "-"
     targets = _paper_values(paper, allocator)
     if len(targets) > 1:  # a list: "2: 8.3%, 4: 12.8%, 6: 15.5%" -> the values after each colon
@@ -82,7 +85,8 @@ def paper_error(measured: str, paper: str, allocator: str = "") -> str:
             out.append(f"{100 * (value / high - 1):+.0f}% above")
         else:
             out.append("in range")
-    return ", ".join(out)
+    text = ", ".join(out)
+    return f"lower bound {text}" if measured.startswith("more than") else text
 
 
 def batch_column(runs: pd.DataFrame) -> tuple[str, str]:
@@ -101,14 +105,8 @@ def _label(row) -> str:
 
 
 def sustainable_rate(runs: pd.DataFrame) -> float:
-    per_rate = runs.groupby("request_rate")["normalized_latency_s"].mean().sort_index()
-    base = float(per_rate.iloc[0])
-    sustained = math.nan
-    for rate, latency in per_rate.items():
-        if not latency <= 2 * base:  # NaN (nothing finished) counts as saturated
-            break
-        sustained = float(rate)
-    return sustained
+    """The last sustainable swept rate (``paper_figs.sustainable``); NaN when even the lowest fails."""
+    return sustained(runs).rate
 
 
 def _mean_sd(values: pd.Series, fmt: str, scale: float = 1.0) -> str:
@@ -159,14 +157,19 @@ def headline(index: pd.DataFrame) -> pd.DataFrame:
             sub = _rows(index, f"paper-rate-{setup}-{wl}")
             if sub.empty:
                 continue
-            rates = {lab: sustainable_rate(g) for lab, g in sub.groupby(sub.apply(_label, axis=1))}
+            groups = dict(list(sub.groupby(sub.apply(_label, axis=1))))
+            rates = {lab: sustained(g) for lab, g in groups.items()}
+            slos = {lab: slo_rate(g) for lab, g in groups.items() if "p99_ttft_s" in g}
             paged = rates.get("paged (16)")
+            proxy = " [keep-up by the mean-TTFT proxy]" if paged is not None and paged.proxy else ""
             for base, key in (("Orca (Oracle)", "rate_vs_oracle"), ("Orca (Max)", "rate_vs_max")):
-                if paged and base in rates and rates[base] > 0:
-                    ceiling = " (at least: paged never saturated in the sweep)" if paged >= sub["request_rate"].max() else ""
+                if paged is not None and base in rates:
                     rows.append((f"sustainable rate, paged (16) / {base}, {setup} {wl}", "paged (16)",
-                                 f"{paged / rates[base]:.2f}x ({paged:g} vs {rates[base]:g} req/s){ceiling}",
+                                 ratio_text(paged, rates[base]) + proxy,
                                  PAPER[key] if wl.startswith("sharegpt") else "-"))
+                if "paged (16)" in slos and base in slos:
+                    rows.append((f"rate within P99 TTFT <= {SLO_P99_TTFT_S:g} s, paged (16) / {base}, {setup} {wl}",
+                                 "paged (16)", ratio_text(slos["paged (16)"], slos[base]), "-"))
     sharing = _rows(index, "paper-sharing")
     paged_sharing = sharing[sharing["allocator"] == "paged"]
     for knob, key in (("n", "parallel"), ("beam_width", "beam")):
@@ -176,8 +179,12 @@ def headline(index: pd.DataFrame) -> pd.DataFrame:
         sub = paged_sharing[(paged_sharing[knob] > 1) & (paged_sharing[other] <= 1)]
         if len(sub):
             vals = sub.sort_values(knob)
-            text = ", ".join(f"{int(k)}: {100 * v:.1f}%" for k, v in zip(vals[knob], vals["sharing_saving_frac"]))
-            rows.append((f"memory saved by sharing, {knob} (Alpaca, OPT-13B)", "paged (16)", text, PAPER[key]))
+            measures = [("sharing_saving_block_frac", "blocks, the paper's measure"), ("sharing_saving_frac", "token slots")]
+            for column, what in measures:
+                if column not in vals or vals[column].isna().any():
+                    continue  # runs that predate the block column
+                text = ", ".join(f"{int(k)}: {100 * v:.1f}%" for k, v in zip(vals[knob], vals[column]))
+                rows.append((f"memory saved by sharing ({what}), {knob} (Alpaca, OPT-13B)", "paged (16)", text, PAPER[key]))
     rows += announcement(index)
     table = pd.DataFrame(rows, columns=["measure", "allocator", "kvbench (simulated A100)", "paper"])
     table["against the paper"] = [paper_error(m, pp, a) for m, pp, a in

@@ -1,7 +1,7 @@
 """Normalized latency (s/token) against request rate, one line per allocator.
 
 Runs of every experiment whose name starts with ``paper-rate``; one panel per workload
-(columns) and model (rows) when there are several. Burst runs (infinite rate) are left out.
+(columns; the length-matched ShareGPT stream is left out, said in a note: it is another stream) and model (rows) when there are several. Burst runs (infinite rate) are left out.
 """
 from __future__ import annotations
 
@@ -14,6 +14,17 @@ import seaborn as sns
 from paper_figs import common
 
 NAME = "latency_vs_rate"
+
+
+def _packaged_only(runs: pd.DataFrame) -> pd.DataFrame:
+    """The length-matched ShareGPT stream (``*-matched``) is another request stream: averaged with the
+    packaged one it would blend two streams into one line; it is left out here (the headline table
+    reports it) and the figure says so."""
+    matched = runs["workload"].astype(str).str.endswith("-matched")
+    if matched.any():
+        common.note(NAME, f"left out {int(matched.sum())} runs of the length-matched stream "
+                          f"({', '.join(sorted(set(runs.loc[matched, 'experiment'].astype(str))))}; see the headline table)")
+    return runs[~matched]
 EXPERIMENT = "paper-rate-opt"  # a prefix: paper-rate-opt13b-sharegpt, ...
 
 
@@ -31,12 +42,14 @@ def draw(index_df: pd.DataFrame, out_dir: str | Path, results_root: str | Path,
     if runs.empty:
         return common.skip(NAME, "no runs with a finite request rate")
     common.setup_style()
+    runs = _packaged_only(runs)
     runs["dataset"] = runs["workload"].map(common.workload_name)
     order = common.label_order(runs["label"])
     col = "dataset" if runs["dataset"].nunique() > 1 else None
     row = "model" if runs["model"].nunique() > 1 else None
     sizes = {"opt-13b": 13, "opt-66b": 66, "opt-175b": 175}
     row_order = sorted(runs["model"].unique(), key=lambda m: sizes.get(m, 999)) if row else None
+    common.check_alike(NAME, runs, ["request_rate", "label", "dataset", "model"])
     grid = sns.relplot(
         data=runs, kind="line", x="request_rate", y="normalized_latency_s",
         hue="label", hue_order=order, palette=common.palette(order), style="label",

@@ -38,7 +38,8 @@ def draw(index_df: pd.DataFrame, out_dir: str | Path, results_root: str | Path,
     if "mem_cached_frac" in runs:  # the paper's four-way view: cached prefix K/V counts as external
         cached = pd.to_numeric(runs["mem_cached_frac"], errors="coerce").fillna(0.0)
         runs["mem_external_frac"] = pd.to_numeric(runs["mem_external_frac"], errors="coerce") + cached
-    means = common.mean_by(runs, ["workload", "label"], columns)
+    runs = common.name_unlike(NAME, runs, ["workload", "label"], "workload")
+    means = common.mean_by(runs, ["workload", "label"], columns, NAME)
     workloads = list(dict.fromkeys(means["workload"]))
     order = common.label_order(means["label"])
     width = max(3.2, 0.75 * len(order) + 1.2)

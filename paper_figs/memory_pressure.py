@@ -40,6 +40,7 @@ def draw(index_df: pd.DataFrame, out_dir: str | Path, results_root: str | Path,
     modes = sorted(runs["preemption"].unique(), key=lambda m: (m != "recompute", m != "swap", m))
     order = common.label_order(runs["label"])
     colors = common.palette(order)
+    common.check_alike(NAME, runs, ["budget", "label", "preemption"])
     fig, axes = plt.subplots(1, len(PANELS), figsize=(3.8 * len(PANELS), 3.3))
     for i, (ax, (column, ylabel)) in enumerate(zip(axes, PANELS)):
         data = runs.dropna(subset=["budget", column])

@@ -28,6 +28,7 @@ def draw(index_df: pd.DataFrame, out_dir: str | Path, results_root: str | Path,
     runs["label"] = runs.apply(beyond.label, axis=1)
     common.setup_style()
     fig, axes = plt.subplots(1, len(PANELS), figsize=(4 * len(PANELS), 3.4))
+    common.check_alike(NAME, runs, ["label", "block_size"])
     for lab, frame in runs.groupby("label"):
         frame = frame.groupby("block_size").mean(numeric_only=True).sort_index()
         for ax, (key, ylabel, scale) in zip(axes, PANELS):

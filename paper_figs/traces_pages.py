@@ -33,6 +33,7 @@ def draw(index_df: pd.DataFrame, out_dir: str | Path, results_root: str | Path,
     x = np.arange(len(labels))
     for ax, (metric, ylabel, scale) in zip(axes, METRICS):
         for k, wl in enumerate(workloads):
+            common.check_alike(NAME, runs[runs["workload"] == wl], ["label"])
             frame = runs[runs["workload"] == wl].groupby("label")[metric].mean()
             values = [scale * frame.get(lab, np.nan) for lab in labels]
             prompt = runs[runs["workload"] == wl]["mean_prompt_len"].mean()

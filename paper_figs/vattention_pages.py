@@ -35,6 +35,8 @@ def draw(index_df: pd.DataFrame, out_dir: str | Path, results_root: str | Path,
     common.setup_style()
     fig, (left, right) = plt.subplots(1, 2, figsize=(9, 3.6))
     pages_of: dict[tuple, list[str]] = {}  # models with the same tokens per page draw nearly one line
+    common.check_alike(NAME, va, ["model", "page_bytes"])
+    common.check_alike(NAME, runs[runs["allocator"] == "paged"], ["model"])
     for i, (model, frame) in enumerate(va.groupby("model")):
         frame = frame.groupby("page_bytes").mean(numeric_only=True).sort_index()
         kib = frame.index.to_numpy() / 1024

@@ -127,7 +127,9 @@ def run_table_case(root: Path, case: tuple[str, list[str], str | None], scratch:
 
 def probe_precheck(root: Path, case_id: str, args: list[str], cwd: Path) -> dict:
     """The checkout's pre-check alone, in a probe process: a case that it accepts is not run."""
-    code = "import sys; from kvbench.app import precheck; print(precheck(sys.argv[1:]) or '')"
+    code = ("import sys\ntry:\n    from kvbench.run.precheck import precheck\n"
+            "except ImportError:  # a checkout from before kvbench/run/\n    from kvbench.app import precheck\n"
+            "print(precheck(sys.argv[1:]) or '')")
     proc = subprocess.run([sys.executable, "-c", code, *args], cwd=cwd, capture_output=True, text=True,
                           env=dict(os.environ, PYTHONPATH=str(root)), timeout=300)
     error = proc.stdout.strip()

@@ -14,6 +14,14 @@ column of the committed summary is compared with the rerun's, except these (not 
   scheduler, which vary with machine load (the virtual clock never reads them);
 - ``commit``, ``tree_clean``, ``overrides``: provenance, which names the code, not its output.
 
+Before any rerun, the store itself is checked (``check_store``): every ``index.jsonl`` under ROOT
+against the run folders next to it. Each index line must be a JSON object whose ``nonfinite``
+field is well formed, whose ``run_dir`` holds a readable ``summary.json`` with the same run_id,
+and whose every column equals that summary's (a metric edited in the index is named); a run
+folder with no index row, a run_id indexed twice, a summary.json that is torn, not an object or
+has malformed ``overrides`` are named too. Any such finding fails the check (exit 1) whatever the
+reruns say.
+
 Numbers must agree to 1e-9 relative (the simulation is deterministic; the margin only absorbs
 a last-bit change of a float sum). A column the rerun has and the committed run lacks (added by
 later code) is listed, not failed. Exit 1 on any difference or rerun error, 0 otherwise.
@@ -69,6 +77,112 @@ class Outcome:
 
 def committed_runs(root: Path) -> list[Path]:
     return sorted(root.glob("**/summary.json"))
+
+
+INDEX_FILE = "index.jsonl"
+
+
+def _read_summary(path: Path) -> tuple[dict | None, str | None]:
+    """A summary.json decoded (infinities back), or None and why it cannot be read."""
+    try:
+        row = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError) as exc:
+        return None, f"unreadable ({exc})"
+    except ValueError as exc:
+        return None, f"not JSON (torn or edited: {exc})"
+    if not isinstance(row, dict) or not isinstance(row.get("run_id"), str) or not row["run_id"]:
+        return None, "not a summary (a JSON object with a run_id)"
+    try:
+        row = decode_nonfinite(row)
+    except ValueError as exc:
+        return None, str(exc)
+    problem = _overrides_problem(row.get("overrides"))
+    return (None, problem) if problem else (row, None)
+
+
+def _overrides_problem(recorded: object) -> str | None:
+    """Why a recorded ``overrides`` field cannot be rerun (None when it can, or none was recorded)."""
+    if recorded is None:
+        return None
+    try:
+        items = json.loads(recorded) if isinstance(recorded, str) else None
+    except ValueError:
+        items = None
+    if not isinstance(items, list) or not all(isinstance(o, str) and "=" in o for o in items):
+        return f"overrides {str(recorded)[:80]!r} is not a JSON list of KEY=VALUE strings"
+    return None
+
+
+def _index_of(run_dir: Path, root: Path) -> Path | None:
+    """The nearest index.jsonl above a run folder, inside root."""
+    for folder in run_dir.parents:
+        if (folder / INDEX_FILE).is_file():
+            return folder / INDEX_FILE
+        if folder == root:
+            return None
+    return None
+
+
+def check_store(root: Path) -> list[str]:
+    """Every disagreement between the index files under root and the run folders, one line each."""
+    problems: list[str] = []
+    indexed: set[Path] = set()
+    for index in sorted(root.glob(f"**/{INDEX_FILE}")):
+        name = index.relative_to(root)
+        seen: dict[str, int] = {}
+        lines = index.read_bytes().decode("utf-8", errors="replace").splitlines()
+        for number, line in enumerate(lines, 1):
+            where = f"{name}:{number}"
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except ValueError:
+                problems.append(f"{where}: not a JSON line (torn or edited)")
+                continue
+            if not isinstance(row, dict) or not isinstance(row.get("run_id"), str):
+                problems.append(f"{where}: not an index row (a JSON object with a run_id)")
+                continue
+            try:
+                row = decode_nonfinite(row)
+            except ValueError as exc:
+                problems.append(f"{where}: {exc}")
+                continue
+            run_id = row["run_id"]
+            if run_id in seen:
+                problems.append(f"{where}: run {run_id} is indexed twice (also line {seen[run_id]})")
+            seen[run_id] = number
+            run_dir = row.get("run_dir")
+            folder = index.parent / run_dir if isinstance(run_dir, str) and run_dir else None
+            if folder is None or not (folder / "summary.json").is_file():
+                problems.append(f"{where}: run {run_id}: no run folder with a summary.json at {run_dir!r} "
+                                "(deleted, or a row no run wrote)")
+                continue
+            indexed.add((folder / "summary.json").resolve())
+            summary, why = _read_summary(folder / "summary.json")
+            if summary is None:
+                problems.append(f"{where}: run {run_id}: {folder.relative_to(root)}/summary.json {why}")
+                continue
+            if summary["run_id"] != run_id:
+                problems.append(f"{where}: row says run {run_id}, its folder's summary.json says {summary['run_id']}")
+                continue
+            for key in sorted(set(row) | set(summary)):
+                if key == "run_dir":
+                    continue
+                old, new = summary.get(key, "missing"), row.get(key, "missing")
+                if not _same(old, new):
+                    problems.append(f"{where}: run {run_id}: {key} is {new!r} in the index, {old!r} in summary.json")
+    for path in committed_runs(root):
+        if path.resolve() in indexed:
+            continue
+        index = _index_of(path.parent, root)
+        rel = path.parent.relative_to(root)
+        summary, why = _read_summary(path)
+        if summary is None:
+            problems.append(f"{rel}/summary.json: {why}")
+        elif index is not None:
+            problems.append(f"{rel}: a finished run with no row in {index.relative_to(root)}")
+    return problems
 
 
 def _experiment_files() -> dict[str, list[Path]]:
@@ -169,14 +283,20 @@ def verify(path: Path, files: dict[str, list[Path]]) -> Outcome:
     """Rerun one committed run and compare it."""
     from kvbench.run.lifecycle import run
 
-    row = decode_nonfinite(json.loads(path.read_text()))
+    row, why = _read_summary(path)
+    if row is None:
+        return Outcome(path, [], error=f"summary.json {why}")
     recorded = row.get("overrides")
     with tempfile.TemporaryDirectory(prefix="kvbench-verify-") as tmp:
         if recorded:
             candidates = [[o for o in json.loads(recorded) if not o.startswith(("hydra", "results_dir="))]]
         else:
             candidates = rebuilt_overrides(row, files)
-        cfgs = [(c, compose(c, tmp)) for c in candidates]
+        try:
+            cfgs = [(c, compose(c, tmp)) for c in candidates]
+        except Exception as exc:  # noqa: BLE001 - overrides that no longer compose: a finding
+            return Outcome(path, candidates[0] if candidates else [],
+                           error=f"its overrides do not compose: {type(exc).__name__}: {exc}".splitlines()[0])
         cfgs = [(c, cfg) for c, cfg in cfgs if recorded or _identity_matches(cfg, row)]
         distinct = {}
         for c, cfg in cfgs:  # two experiment files may compose the same job (n=1 and beam 1)
@@ -211,7 +331,9 @@ def sample(paths: list[Path], size: int, seed: int, max_wall: float | None, expe
     many from each experiment name instead)."""
     keep = []
     for path in paths:
-        row = json.loads(path.read_text())
+        row, _ = _read_summary(path)
+        if row is None:  # named by check_store
+            continue
         if row.get("backend") != "sim":
             continue
         if experiments and row.get("experiment") not in experiments:
@@ -223,7 +345,7 @@ def sample(paths: list[Path], size: int, seed: int, max_wall: float | None, expe
     if per_experiment > 0:
         groups: dict[str, list[Path]] = {}
         for path in keep:
-            groups.setdefault(json.loads(path.read_text())["experiment"], []).append(path)
+            groups.setdefault(str(_read_summary(path)[0]["experiment"]), []).append(path)
         return sorted(p for group in groups.values() for p in rng.sample(group, min(per_experiment, len(group))))
     return keep if size <= 0 or size >= len(keep) else sorted(rng.sample(keep, size))
 
@@ -243,10 +365,16 @@ def main(argv: list[str] | None = None) -> int:
     if not args.root.is_dir():
         print(f"verify-results: error: --root {args.root} is not a directory", file=sys.stderr)
         return 2
+    problems = check_store(args.root)
+    for line in problems:
+        print(f"STORE    {line}")
     paths = [p for p in committed_runs(args.root) if not args.run or p.parent.name in args.run]
     chosen = sample(paths, args.sample, args.seed, args.max_wall, args.experiment,
                     args.per_experiment)
     if not chosen:
+        if problems:
+            print(f"verify-results: {len(problems)} store problem(s); no run left to rerun")
+            return 1
         print(f"verify-results: error: no committed run under {args.root} passes the filters", file=sys.stderr)
         return 2
     files = _experiment_files()
@@ -254,7 +382,7 @@ def main(argv: list[str] | None = None) -> int:
     for path in chosen:
         rel = path.parent.relative_to(args.root)
         if args.list_only:
-            row = json.loads(path.read_text())
+            row = _read_summary(path)[0] or {}
             print(rel, row.get("overrides") or rebuilt_overrides(row, files))
             continue
         outcome = verify(path, files)
@@ -266,18 +394,19 @@ def main(argv: list[str] | None = None) -> int:
         if len(outcome.differences) > 12:
             print(f"           ... {len(outcome.differences) - 12} more")
     if args.list_only:
-        return 0
+        return 1 if problems else 0
     bad = [o for o in outcomes if not o.ok]
     new_cols = sorted({c for o in outcomes for c in o.new_columns})
     if new_cols:
         print(f"columns the committed runs lack (not compared): {', '.join(new_cols)}")
     print(f"verify-results: {len(outcomes) - len(bad)} of {len(outcomes)} reruns identical"
-          + (f"; {len(bad)} differ or fail" if bad else ""))
+          + (f"; {len(bad)} differ or fail" if bad else "")
+          + (f"; {len(problems)} store problem(s) (index vs run folders)" if problems else "; store consistent"))
     if args.json:
         args.json.write_text(json.dumps([{"run": str(o.path.parent.relative_to(args.root)), "ok": o.ok,
                                           "overrides": o.overrides, "error": o.error,
                                           "differences": o.differences} for o in outcomes], indent=1))
-    return 1 if bad else 0
+    return 1 if bad or problems else 0
 
 
 if __name__ == "__main__":

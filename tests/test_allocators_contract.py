@@ -29,6 +29,8 @@ CONFIGS = (
     + [pytest.param("paged_prefix", dict(num_slots=n, block_size=bs), id=f"paged_prefix-bs{bs}") for n, bs in ((97, 1), (130, 4), (203, 16), (600, 256))]
     + [pytest.param("radix", dict(num_slots=n, block_size=bs), id=f"radix-bs{bs}") for n, bs in ((97, 1), (130, 4), (203, 16))]
     + [pytest.param("radix", dict(num_slots=130, block_size=4, insert_running=False), id="radix-bs4-on-free")]
+    + [pytest.param(name, dict(num_slots=130, block_size=4, eviction=e), id=f"{name}-bs4-{e}")
+       for name, e in (("paged_prefix", "arc"), ("paged_prefix", "lfu"), ("radix", "arc"), ("radix", "slru"))]
     + [pytest.param("vattention", dict(num_slots=203, block_size=4, page_bytes=64, token_bytes=4, reclaim=r), id=f"vattention-{r}") for r in ("unmap", "pool")]
     + [pytest.param("paged_window", dict(num_slots=n, block_size=bs, window=w), id=f"paged_window-bs{bs}-w{w}") for n, bs, w in ((97, 1, 5), (130, 4, 9), (203, 16, 20))]
 )

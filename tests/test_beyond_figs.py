@@ -27,6 +27,29 @@ def row(i: int, experiment: str, alloc: tuple, **values) -> dict:
     return {**base, **values}
 
 
+def policy_rows(start: int) -> list[dict]:
+    """Rows of the scheduling-policy studies (policy_rate, preempt_cliff, lpm_starvation)."""
+    rows, i = [], start
+    for experiment in ("policy-rate-sharegpt", "policy-rate-azure"):
+        for policy in ("fcfs", "priority", "sjf", "lpm"):
+            for rate in (2.0, 4.0, 8.0):
+                rows.append(row(i := i + 1, experiment, ALLOCS[2], policy=policy, request_rate=rate,
+                                mean_e2e_s=rate * (2 if policy == "fcfs" else 1), p99_e2el_ms=3000.0 * rate,
+                                jain_fairness_normalized_latency=0.5, prio0_p99_ttft_s=rate / 2))
+    for victim in ("newest", "lowest_priority", "least_computed", "most_blocks"):
+        for mode in ("recompute", "swap"):
+            for kv in (1e9, 2e9, 4e9):
+                rows.append(row(i := i + 1, "preempt-cliff", ALLOCS[2], preemption_victim=victim, preemption=mode,
+                                kv_bytes=kv, preempt_lost_tokens=0 if mode == "swap" else int(4e13 / kv),
+                                num_preemptions=int(1e12 / kv), mean_e2e_s=1e10 / kv))
+    for policy, bound in (("fcfs", None), ("lpm", None), ("lpm", 10.0)):
+        for rate in (2.0, 4.0, 8.0):
+            rows.append(row(i := i + 1, "lpm-starvation", ALLOCS[4], policy=policy, aging_bound_s=bound,
+                            request_rate=rate, max_queue_wait_s=rate * 3,
+                            num_waited_over_bound=None if bound is None else 2))
+    return rows
+
+
 @pytest.fixture
 def index(tmp_path) -> Path:
     rows, i = [], 0
@@ -42,6 +65,7 @@ def index(tmp_path) -> Path:
         for block in (1, 4, 16, 64):
             rows.append(row(i := i + 1, "radix-multiturn", (alloc[0], None, block, None), workload="multiturn",
                             prefix_hit_rate=0.5 / block ** 0.2))
+    rows += policy_rows(i)
     path = tmp_path / "index.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return path

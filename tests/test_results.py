@@ -285,7 +285,7 @@ def test_readers_see_a_finished_run_that_lacks_its_row(tmp_path, capsys):
     assert lost.is_dir()
 
 
-def test_reindex_keeps_rows_of_finished_runs_outside_runs_and_drops_only_gone_ones(tmp_path, capsys):
+def test_reindex_keeps_rows_of_finished_runs_outside_runs_and_of_gone_ones(tmp_path, capsys):
     results_dir = tmp_path / "results"
     _finished(results_dir, "in")
     outside = write_run(tmp_path / "elsewhere" / "out", _summary("out"), *_frames(), results_dir / "index.jsonl")
@@ -295,14 +295,17 @@ def test_reindex_keeps_rows_of_finished_runs_outside_runs_and_drops_only_gone_on
         path.unlink()
     gone.rmdir()
     done = reindex_mod.reindex(index)
-    assert (done.rows, done.kept, done.dropped) == (2, 1, 1)
-    assert sorted(r["run_id"] for r in map(json.loads, index.read_text().splitlines())) == ["in", "out"]
-    (results_dir / "runs" / "adhoc" / "in" / "summary.json").rename(tmp_path / "moved.json")
-    os.rename(results_dir / "runs", tmp_path / "runs-gone")  # runs/ missing: the outside row stays
+    assert (done.rows, done.kept, done.missing) == (3, 1, 1)  # the gone run's row is kept, and counted
+    assert sorted(r["run_id"] for r in map(json.loads, index.read_text().splitlines())) == ["gone", "in", "out"]
     assert results_cli.main(["--index", str(index), "--reindex"]) == 0
     line = capsys.readouterr().out.strip()
-    assert "1 finished runs" in line and "1 kept from outside runs/" in line and "1 dropped" in line, line
-    assert [json.loads(r)["run_id"] for r in index.read_text().splitlines()] == ["out"] and outside.is_dir()
+    assert "1 kept from outside runs/" in line and "1 kept whose run dir is gone" in line, line
+    before = index.read_bytes()
+    os.rename(results_dir / "runs", tmp_path / "runs-gone")  # runs/ missing: refused, nothing lost
+    assert results_cli.main(["--index", str(index), "--reindex"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "no runs/ folder" in err and "3 rows" in err and len(err.splitlines()) == 1
+    assert index.read_bytes() == before and outside.is_dir()
 
 
 @pytest.mark.parametrize("content", ["[]", '{"run_id": "x", "nested": {"a": 1}}', "{", '"text"'])

@@ -167,13 +167,52 @@ def check_node_kinds(cfg: DictConfig, base: DictConfig, prefix: str, skip: tuple
             known = known_optional() if known is None else known
             if key not in known:
                 raise ConfigError(f"{key}: unknown key; kvbench reads no such knob (check the spelling "
-                                  f"in {_conf_hint(key)})")
+                                  f"in {_conf_hint(key)}){where_key_lives(key)}")
             default = known[key]
         if default is _UNSET or default is None:
             continue
         error = kind_error(key, default, value)
         if error:
             raise ConfigError(error)
+
+
+def where_key_lives(key: str, extra_dirs: list[Path] | None = None) -> str:
+    """Where a key that its group lacks does exist (``engine.max_concurrency`` -> ``workload``):
+    ``; it lives in workload (workload.max_concurrency=...)``, or '' when no config has it. Looks
+    through the top-level knobs and every option of every group of the search path."""
+    parts = key.lstrip("+~").split(".")
+    group, rest = parts[0], ".".join(parts[1:])
+    if not rest:
+        return ""
+    leaf = parts[-1]
+    found: dict[str, list[str]] = {}  # the key where it exists -> the group options that hold it
+    top = OmegaConf.load(CONF_DIR / "config.yaml")
+    if leaf in top and leaf != "hydra" and leaf != group:
+        found.setdefault(leaf, [])
+    for folder in [CONF_DIR, *(extra_dirs or [])]:
+        for path in sorted(Path(folder).glob("*/*.yaml")):
+            other = path.parent.name
+            if other in ("experiment", "hydra"):
+                continue
+            try:
+                node = OmegaConf.load(path)
+            except Exception:  # a broken user file is Hydra's to report when it is chosen
+                continue
+            if isinstance(node, DictConfig) and OmegaConf.select(node, rest, default=_UNSET) is not _UNSET:
+                found.setdefault(f"{other}.{rest}", []).append(f"{other}={path.stem}")
+            elif isinstance(node, DictConfig) and leaf in node and rest != leaf:
+                found.setdefault(f"{other}.{leaf}", []).append(f"{other}={path.stem}")
+    if not found:
+        return ""
+    default_cfg = OmegaConf.load(CONF_DIR / "config.yaml").get("defaults") or []
+    defaults = {k: v for item in default_cfg if isinstance(item, DictConfig) for k, v in item.items()}
+    hints = []
+    for where, options in found.items():
+        grp = where.split(".", 1)[0]
+        in_default = not options or (grp != group and f"{grp}={defaults.get(grp)}" in options)
+        hints.append(where if in_default else f"{where} (with {', '.join(options[:3])}"
+                     f"{', ...' if len(options) > 3 else ''})")
+    return f"; it lives in {' and '.join(hints[:3])}"
 
 
 def _conf_hint(key: str) -> str:
@@ -188,9 +227,10 @@ def group_names() -> set[str]:
     return {p.name for p in Path(CONF_DIR).iterdir() if p.is_dir()}
 
 
-def group_overrides(overrides: list[str]) -> list[str]:
-    """The overrides that choose a config group option: the defaults a run's knobs are checked on."""
-    groups = group_names()
+def group_overrides(overrides: list[str], groups: set[str] | None = None) -> list[str]:
+    """The overrides that choose a config group option: the defaults a run's knobs are checked on
+    (``groups``: the group names of the search path, the package's ``conf/`` by default)."""
+    groups = group_names() if groups is None else groups
     chosen = []
     for override in overrides:
         key = override.split("=", 1)[0].lstrip("+~").split("@", 1)[0]

@@ -17,24 +17,27 @@ from omegaconf import DictConfig, OmegaConf
 
 from kvbench.config.errors import ConfigError
 from kvbench.config.knob_types import check_node_kinds, group_overrides
+from kvbench.config.launcher_checks import check_launcher, cluster_overrides
 from kvbench.config.validate import RULES
 
 DIRECTIONS = ("minimize", "maximize")
+ADDED_OVERRIDES: list[str] = []  # what the command line needs for the launcher to run (cluster_overrides)
 
 
 def _is_optuna(hydra_cfg: DictConfig) -> bool:
     return "optuna" in str(hydra_cfg.sweeper.get("_target_", "")).lower()
 
 
-def check_launch(compose: Callable, overrides: list[str], first_job: list[str], multirun: bool) -> None:
+def check_launch(compose: Callable[..., DictConfig], overrides: list[str], first_job: list[str], multirun: bool) -> None:
     """Raise ConfigError for a launcher or sweeper setting that cannot run."""
     parsed = OverridesParser.create().parse_overrides(overrides)
     hydra_overrides = [o.input_line for o in parsed if o.key_or_group.startswith("hydra")]
     plain = [o for o in first_job if not o.lstrip("+~").startswith("hydra")]
-    cfg = compose(config_name="config", overrides=plain + hydra_overrides, return_hydra_config=True)
+    cfg = compose(plain + hydra_overrides, return_hydra_config=True)
     choices = group_overrides(plain) + [o for o in hydra_overrides if o.lstrip("+").startswith("hydra/")]
     _check_plugin_kinds(compose, cfg, choices)
-    _check_launcher(cfg.hydra.launcher)
+    _check_launcher(cfg.hydra.launcher, multirun)
+    ADDED_OVERRIDES[:] = cluster_overrides(cfg.hydra.launcher) if multirun else []
     optuna = _is_optuna(cfg.hydra)
     intervals = [o for o in parsed if not o.key_or_group.startswith("hydra") and _is_interval(o)]
     if multirun and intervals and not optuna:
@@ -47,15 +50,30 @@ def check_launch(compose: Callable, overrides: list[str], first_job: list[str], 
 
 def _check_plugin_kinds(compose: Callable, cfg: DictConfig, plugin_choices: list[str]) -> None:
     """The launcher's and sweeper's settings keep the kinds of their defaults; no unknown keys."""
-    base = compose(config_name="config", overrides=plugin_choices, return_hydra_config=True)
+    base = compose(plugin_choices, return_hydra_config=True)
     for node in ("launcher", "sweeper"):
-        check_node_kinds(cfg.hydra[node], base.hydra[node], f"hydra.{node}.", (f"hydra.{node}.params",))
+        prefix = f"hydra.{node}."
+        open_dicts = tuple(prefix + key for key in _open_dicts(base.hydra[node]))
+        check_node_kinds(cfg.hydra[node], base.hydra[node], prefix, (f"hydra.{node}.params", *open_dicts))
 
 
-def _check_launcher(launcher: DictConfig) -> None:
-    n_jobs = launcher.get("n_jobs")
-    if n_jobs is not None and (isinstance(n_jobs, bool) or not isinstance(n_jobs, int) or n_jobs == 0):
-        raise ConfigError(f"hydra.launcher.n_jobs must be an integer >= 1 (or -1 for every CPU); got {n_jobs!r}")
+def _open_dicts(node: DictConfig, prefix: str = "") -> list[str]:
+    """The fields of a plugin's structured config that are open dicts (``Dict[str, Any]``, such as
+    the Ray launcher's ``ray.init``): their keys are the plugin's to check (``launcher_checks``)."""
+    found = []
+    for key in node:
+        child = node._get_node(key)
+        if not isinstance(child, DictConfig) or child._is_none() or child._is_interpolation():
+            continue
+        if child._metadata.object_type in (dict, None):
+            found.append(f"{prefix}{key}")
+        else:
+            found += _open_dicts(child, f"{prefix}{key}.")
+    return found
+
+
+def _check_launcher(launcher: DictConfig, multirun: bool) -> None:
+    check_launcher(launcher, multirun)
 
 
 def _is_interval(override) -> bool:

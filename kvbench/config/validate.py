@@ -18,6 +18,7 @@ from omegaconf import OmegaConf
 
 from kvbench.config.errors import CONF_DIR, ConfigError
 from kvbench.engine.scheduler import beam_limit_error
+from kvbench.sim.offload import check_offload
 
 PIB = 2**50
 MAX_REQUESTS = 10_000_000  # as many arrivals as a duration_s workload may make
@@ -114,6 +115,10 @@ RULES: list[Rule] = [
     Rule("engine.memmap_every", "int", low=0),
     Rule("engine.debug", "bool"),
     Rule("engine.chunked_prefill", "bool"),
+    # scheduling and preemption policy (kvbench/engine/queue_orders.py, victims.py)
+    Rule("engine.max_wait_s", "number", above=0, high=MAX_WAIT_S, optional=True, when=_has("engine.max_wait_s")),
+    Rule("engine.sjf_error", "number", low=0, high=10, when=_has("engine.sjf_error")),
+    Rule("engine.keep_arrival_order", "bool", when=_has("engine.keep_arrival_order")),
     # workload knobs every workload takes
     Rule("workload.num_requests", "int", low=1, optional=True, when=_has("workload.num_requests")),
     Rule("workload.request_rate", "number", low=MIN_RATE, allow_inf=True, when=_has("workload.request_rate")),
@@ -140,6 +145,10 @@ RULES: list[Rule] = [
     # host costs of the system profile (null: the cost model's default), seconds
     *(Rule(f"system.{key}", "number", low=0, high=MAX_HOST_S, optional=True, when=_has(f"system.{key}"))
       for key in ("step_overhead_s", "seq_overhead_s", "sample_host_s", "eager_layer_issue_s")),
+    # the disk of the offload tiers (kvbench/sim/offload.py)
+    *(Rule(f"system.{key}", "number", above=0, high=1e15, when=_has(f"system.{key}"))
+      for key in ("disk_read_bandwidth", "disk_write_bandwidth")),
+    Rule("system.disk_latency_s", "number", low=0, high=MAX_HOST_S, when=_has("system.disk_latency_s")),
     # workload knobs of one workload each (absent elsewhere)
     Rule("workload.prefix_len", "int", low=0, high=10_000_000, when=_has("workload.prefix_len")),
     Rule("workload.max_turns", "int", low=1, high=10_000, when=_has("workload.max_turns")),
@@ -184,6 +193,7 @@ def check_rules(cfg) -> None:
     check_choices(cfg)
     check_baseline(cfg)
     check_wandb_key(cfg)
+    check_offload(cfg)
 
 
 def _check_allreduce_table(cfg) -> None:
@@ -222,6 +232,8 @@ def _check_request_count(cfg) -> None:
 CHOICES: dict[str, tuple[str, ...]] = {  # string knobs no other check reads before the run
     "model.load": ("dummy", "pretrained"),
     "backend.torch_attention": ("batched", "reference"),
+    "engine.policy": ("fcfs", "priority", "sjf", "lpm"),
+    "engine.preemption_victim": ("newest", "lowest_priority", "least_computed", "most_blocks"),
 }
 
 

@@ -15,6 +15,7 @@ import pandas as pd
 from allocators.base import Allocator
 from kvbench.batch import StepBatch, StepResult
 from kvbench.engine.concurrency import ConcurrencyGate
+from kvbench.engine.policy_metrics import policy_summary
 from kvbench.engine.recorder import Recorder, requests_frame, summarize
 from kvbench.engine.scheduler import Scheduler, SchedulerConfig
 from kvbench.engine.sequence import Group, GroupStatus, Seq
@@ -36,10 +37,12 @@ class Engine:
     """Runs requests to completion; between two runs only the allocator should change."""
 
     def __init__(self, allocator: Allocator, executor, cfg: SchedulerConfig, *,
-                 max_steps: int | None = None, progress: Callable[[int], None] | None = None,
+                 max_steps: int | None = None, progress: Callable[[int, float], None] | None = None,
                  memmap_every: int = 0, scheduler_cls: type[Scheduler] = Scheduler,
-                 max_concurrency: int | None = None) -> None:
+                 max_concurrency: int | None = None, load_cost=None) -> None:
         self.allocator = allocator
+        self.load_cost = load_cost  # kvbench.sim.offload.LoadCost: tier loads lengthen the step (sim)
+        self.load_s = 0.0  # seconds tier loads added to the critical path
         self.memmap_every = memmap_every
         self._snapshots: list[tuple[float, object, object]] = []
         self.executor = executor
@@ -73,6 +76,7 @@ class Engine:
                     now = pending[next_arrival].arrival_s
                 continue
             t0 = time.perf_counter()
+            sched.now = now
             batch = sched.schedule()
             running_requests = len(sched.running)  # during this step, prompt-only steps included
             if not batch.chunks and not batch.swap_out and not batch.swap_in:
@@ -106,6 +110,8 @@ class Engine:
                 self._snapshot(now, final_lens)
             schedule_s = time.perf_counter() - t0
             result = self.executor.execute(batch)
+            if self.load_cost is not None:
+                self._add_load_time(result)
             self.allocator.commit()
             start = now
             now += result.duration_s
@@ -116,13 +122,13 @@ class Engine:
             self._released.clear()
             schedule_s += time.perf_counter() - t1
             recorder.step(index=step, start_s=start, batch=batch, result=result, usage=usage,
-                          logical_slots=logical, num_running=len(sched.running),
+                          logical_slots=logical, blocks=self._computed_blocks(sched.running), num_running=len(sched.running),
                           num_waiting=len(sched.waiting), num_swapped=len(sched.swapped),
                           num_preemptions=sched.num_preemptions, schedule_s=schedule_s,
                           running_requests=running_requests)
             step += 1
             if self.progress is not None:
-                self.progress(finished)
+                self.progress(finished, now)  # requests done, simulated seconds
             if self.max_steps is not None and step >= self.max_steps:
                 raise RuntimeError(f"engine did not finish within max_steps={self.max_steps}")
         groups += self._unreleased_turns(groups)
@@ -130,6 +136,7 @@ class Engine:
         reqs = requests_frame(groups)
         summary = summarize(steps, reqs, num_preemptions=sched.num_preemptions,
                             prefix_hit_rate=self.allocator.stats().get("prefix_hit_rate"))
+        summary |= policy_summary(reqs, sched.cfg)
         outputs = {g.request_id: self._outputs_of(g) for g in groups if g.status is GroupStatus.FINISHED}
         memmap = None
         if self._snapshots:
@@ -140,6 +147,27 @@ class Engine:
                       "owner": np.stack([o for _, _, o in self._snapshots])}
         return EngineOutput(summary, steps, reqs, outputs, sched.num_swapped_out_slots,
                             sched.num_swapped_in_slots, memmap)
+
+    def _computed_blocks(self, running) -> tuple[int, int] | None:
+        """The paper's block counts over computed tokens: ``(per_sequence, distinct)`` blocks
+        holding at least one computed token, per table and once. The allocator counts its tables'
+        blocks, which also hold the blocks just taken for this step's new tokens; those are fresh
+        and private (a fork shares only computed blocks), so they leave both counts alike:
+        distinct = per_sequence - (allocated per table - allocated distinct)."""
+        counts = self.allocator.block_counts()
+        if counts is None:
+            return None
+        bs = self.allocator.block_size
+        per_sequence = sum(-(-s.num_computed // bs) for g in running for s in g.seqs)
+        return per_sequence, per_sequence - (counts[0] - counts[1])
+
+    def _add_load_time(self, result: StepResult) -> None:
+        """This step's loads from the tiers: blocking adds them, overlap what compute does not hide."""
+        loads = self.allocator.take_tier_loads()
+        if loads:
+            extra = self.load_cost.critical(loads, result.duration_s)
+            result.duration_s += extra
+            self.load_s += extra
 
     def _snapshot(self, now: float, final_lens: dict[int, int]) -> None:
         """Category (0 external, 1 token, 2 reserved, 3 internal) and owner request of every slot."""
@@ -304,4 +332,4 @@ def next_turn(request: Request, tokens: list[int], now: float) -> Request:
     """The conversation's next turn: this turn's prompt and generated tokens, then the user's."""
     follow: FollowUp = request.follow_up
     return Request(follow.request_id, tokens + follow.user_ids, follow.output_len, now + follow.think_s,
-                   request.n, request.beam_width, follow.next)
+                   request.n, request.beam_width, follow.next, request.priority)

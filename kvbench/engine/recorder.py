@@ -13,6 +13,7 @@ import pandas as pd
 
 from allocators.base import MemoryUsage
 from kvbench.batch import BatchCounts, StepBatch, StepResult
+from kvbench.engine.keepup import keep_up_columns
 from kvbench.engine.sequence import Group, GroupStatus
 from kvbench.metrics import DEFAULT_PERCENTILES, request_itls, serving_metrics
 
@@ -35,6 +36,7 @@ class Recorder:
         result: StepResult,
         usage: MemoryUsage,
         logical_slots: int,
+        blocks: tuple[int, int] | None = None,
         num_running: int,
         num_waiting: int,
         num_swapped: int,
@@ -68,6 +70,8 @@ class Recorder:
         col["mem_cached_frac"].append(math.nan if usage.cached is None else usage.cached / total)
         col["logical_slots"].append(logical_slots)
         col["token_slots"].append(usage.token)
+        col["logical_blocks"].append(blocks[0] if blocks else math.nan)  # NaN: no shareable blocks
+        col["physical_blocks"].append(blocks[1] if blocks else math.nan)
         col["copy_slots"].append(sum(op.length for op in batch.copy_ops))
         timings = result.timings
         for key in TIMING_KEYS[:-1]:
@@ -117,6 +121,9 @@ def requests_frame(groups: list[Group]) -> pd.DataFrame:
             "normalized_latency_s": e2e / generated if finished else math.nan,
             "max_itl_s": float(itls.max()) if len(itls) else math.nan,  # the longest stall
             "token_times_s": token_times,  # per sample (best beam first): when each output token was emitted
+            "priority": r.priority,  # its scheduling class; None where the workload gives none
+            "queue_wait_s": g.queue_wait_s,  # seconds queued (waiting or swapped), over all its stays
+            "lost_tokens": g.lost_tokens,  # computed tokens its preemptions by recompute discarded
         })
     return pd.DataFrame(rows)
 
@@ -131,6 +138,21 @@ def mean_running_requests(steps: pd.DataFrame, weights: np.ndarray) -> float:
     averaged over time: weighted by step duration, so a short prompt-only step weighs what it
     lasts. ``mean_batch_size`` instead averages the requests in each step's batch over steps."""
     return float(np.average(steps["running_requests"].to_numpy(), weights=weights))
+
+
+def block_saving(steps: pd.DataFrame, weights: np.ndarray) -> float | None:
+    """The PagedAttention paper's sharing saving (section 6.3): blocks saved by sharing over the
+    blocks the live sequences would hold without it, each step weighted by its duration like
+    ``sharing_saving_frac`` (which counts filled token slots instead). None without blocks."""
+    if "logical_blocks" not in steps:
+        return None
+    per_sequence = steps["logical_blocks"].to_numpy(dtype=float)
+    distinct = steps["physical_blocks"].to_numpy(dtype=float)
+    known = ~np.isnan(per_sequence)
+    if not known.any():
+        return None
+    held = float(np.dot(per_sequence[known], weights[known]))
+    return (held - float(np.dot(distinct[known], weights[known]))) / held if held > 0 else None
 
 
 def summarize(steps: pd.DataFrame, requests: pd.DataFrame, *, num_preemptions: int,
@@ -169,16 +191,19 @@ def summarize(steps: pd.DataFrame, requests: pd.DataFrame, *, num_preemptions: i
             out[key] = float(np.average(steps[key].to_numpy(), weights=weights))
         cached = steps["mem_cached_frac"].to_numpy()  # NaN where the allocator caches nothing
         out["mem_cached_frac"] = None if np.isnan(cached).all() else float(np.average(cached, weights=weights))
-        logical = float(np.dot(steps["logical_slots"].to_numpy(), weights))
-        physical = float(np.dot(steps["token_slots"].to_numpy(), weights))
+        # math.fsum, not np.dot: BLAS rounds a dot product differently on each CPU's kernel
+        logical = math.fsum(steps["logical_slots"].to_numpy() * weights)
+        physical = math.fsum(steps["token_slots"].to_numpy() * weights)
         out["sharing_saving_frac"] = (logical - physical) / logical if logical > 0 else None
+        out["sharing_saving_block_frac"] = block_saving(steps, weights)
     else:
         out.update({"mean_batch_size": None, "max_batch_size": None, "sharing_saving_frac": None,
-                    "mean_running_requests": None})
+                    "sharing_saving_block_frac": None, "mean_running_requests": None})
         out.update({key: None for key in (*MEM_KEYS, "mem_cached_frac")})
     out["num_preemptions"] = num_preemptions
     out["prefix_hit_rate"] = _none_if_nan(prefix_hit_rate)
     out["num_finished"] = int(len(done))
     out["num_rejected"] = int((requests["status"] == "rejected").sum()) if len(requests) else 0
+    out.update(keep_up_columns(requests))
     serving = serving_metrics(requests, duration, percentiles=percentiles, goodput=goodput)
     return out | {k: v for k, v in serving.items() if k not in out}

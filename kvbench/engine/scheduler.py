@@ -2,14 +2,19 @@
 
 Each step, in this order (as Orca and vLLM do):
 1. running groups, oldest first: pending forks, then one decode token per sequence or the next
-   prefill chunk; when the allocator is out of memory, the most recently arrived running group
-   is preempted (recompute: freed and requeued at the front; swap: K/V copied to a bounded host
-   pool) and the grow is retried; a group out of memory alone in the pool twice in a row
-   without a new token never fits and is rejected;
-2. swapped groups come back in FCFS order when they fit (groups of several sequences are
+   prefill chunk; when the allocator is out of memory, a running group not scheduled yet in
+   this step is preempted (by default the most recently arrived; ``engine.preemption_victim``,
+   ``kvbench.engine.victims``): recompute frees it and requeues it at the front (at the back
+   with ``keep_arrival_order`` off); swap copies its K/V to a bounded host pool; then the grow
+   is retried; a group out of memory alone in the pool twice in a row without a new token
+   never fits and is rejected;
+2. swapped groups come back in queue order when they fit (groups of several sequences are
    always swapped out when the host pool has room, as vLLM does);
-3. waiting groups are admitted FCFS within the token budget, ``max_num_seqs`` and the
-   allocator, unless a group was preempted this step or swapped groups wait.
+3. waiting groups are admitted in queue order within the token budget, ``max_num_seqs`` and
+   the allocator, unless a group was preempted this step or swapped groups wait.
+
+The queue order is ``engine.policy`` (``kvbench.engine.queue_orders``): FCFS by default, which
+never reorders (arrivals at the back, groups preempted by recompute at the front).
 
 A preempted group comes back with its sharing (``kvbench.engine.restore``): one sequence is
 admitted, the others fork from it where their tokens part, swapped-in slots come back once, and
@@ -24,9 +29,11 @@ from dataclasses import dataclass
 
 from allocators.base import Allocator, Fit
 from kvbench.batch import BatchCounts, SeqChunk, StepBatch, SwapOp
+from kvbench.engine.queue_orders import make_queue_order
 from kvbench.engine.restore import ForkTree, plan_restore
 from kvbench.engine.sample_holds import SampleHolds
 from kvbench.engine.sequence import Group, GroupStatus, Seq
+from kvbench.engine.victims import make_victim_choice
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +45,12 @@ class SchedulerConfig:
     swap_slots: int = 0  # capacity of the host pool, in token slots
     max_model_len: int = 2048
     stop_token_ids: tuple[int, ...] = ()  # a sample ends when it samples one (empty: EOS ignored)
+    policy: str = "fcfs"  # queue order: fcfs | priority | sjf | lpm (kvbench.engine.queue_orders)
+    max_wait_s: float | None = None  # aging bound of the non-FCFS orders (None: no aging)
+    sjf_error: float = 0.0  # sjf: log-normal error of the output-length predictor (0: true lengths)
+    preemption_victim: str = "newest"  # newest | lowest_priority | least_computed | most_blocks
+    keep_arrival_order: bool = True  # a preempted group returns at its place (False: at the back, as if new)
+    seed: int = 0  # seeds the sjf predictor
 
 
 @dataclass(slots=True)
@@ -93,6 +106,11 @@ class Scheduler:
         self._swap_out: list[SwapOp] = []
         self._swap_in: list[SwapOp] = []
         self._preempted_now = False
+        self.now = 0.0  # the engine's clock at the start of the step being scheduled
+        self.order = make_queue_order(cfg.policy, allocator, max_wait_s=cfg.max_wait_s, sjf_error=cfg.sjf_error,
+                                      seed=cfg.seed)
+        self.victims = make_victim_choice(cfg.preemption_victim, allocator)
+        self.lost_tokens = 0  # computed tokens discarded by preemptions by recompute
 
     # -- public ------------------------------------------------------------------------------
     def new_seq_id(self) -> int:
@@ -181,7 +199,7 @@ class Scheduler:
                     self._chunks_for(group, budget, seq_budget, group_chunks)
                     break
                 except _OutOfMemory:
-                    victim = max(self.running, key=lambda g: (g.request.arrival_s, g.request_id))
+                    victim = self.victims.pick(running[i:])  # the groups not scheduled in this step
                     if victim is group:  # its chunks of this step will not run: undo their growth
                         grown = {c.seq_id: c.query_len for c in group_chunks}
                         for seq in group.seqs:
@@ -193,7 +211,7 @@ class Scheduler:
                         group_chunks = []
                         break
                     self._preempt(victim)
-                    # the victim arrived later, so it sits after i and was not scheduled yet
+                    # the victim sits after i and was not scheduled yet
             if group.status is not GroupStatus.RUNNING:
                 continue
             if group_chunks:
@@ -211,6 +229,9 @@ class Scheduler:
         counts.decode_blocks += plain_blocks
 
         closed = self._preempted_now or self._exclusive_running()
+        if self.order.reorders and not closed:
+            self.swapped = deque(self.order.arrange(self.swapped, self.now))
+            self.waiting = deque(self.order.arrange(self.waiting, self.now))
         if not closed:
             while self.swapped:
                 group = self.swapped[0]
@@ -463,6 +484,9 @@ class Scheduler:
         self.num_preemptions += 1
         group.num_preemptions += 1
         held = sum(s.num_computed for s in group.seqs)
+        group.queued_since = self.now
+        if not self.cfg.keep_arrival_order:
+            group.order_s = self.now
         # Groups of several sequences are swapped even under `recompute`, as vLLM does; either
         # way they come back with their sharing (see _restore).
         swap = self.cfg.preemption == "swap" or len(group.seqs) > 1
@@ -486,7 +510,12 @@ class Scheduler:
             for seq in group.seqs:
                 seq.num_computed = 0
             group.status = GroupStatus.WAITING
-            self.waiting.appendleft(group)
+            group.lost_tokens += held
+            self.lost_tokens += held
+            if self.cfg.keep_arrival_order:
+                self.waiting.appendleft(group)
+            else:
+                self.waiting.append(group)
 
     def _stuck_alone(self, group: Group) -> bool:
         """Out of memory with no other group running. The first time, the group is preempted and
@@ -578,6 +607,9 @@ class Scheduler:
         if host:  # after the chunks: a copy-on-write they made must not read a slot swapped in now
             self._queue_swap_in(group.seqs, host, valid)
         group.status = GroupStatus.RUNNING
+        if group.queued_since is not None:
+            group.queue_wait_s += self.now - group.queued_since
+            group.queued_since = None
         self._insert_running(group)
         return chunks
 

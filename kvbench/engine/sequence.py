@@ -61,6 +61,11 @@ class Group:
     output_len: int = field(init=False)
     is_beam: bool = field(init=False)
     kv_final_len: int = field(init=False)  # slots each sequence fills by its end: the last sampled token is never stored
+    # Queueing (kvbench.engine.queue_orders, victims):
+    order_s: float = field(init=False)  # its place in the queue order: arrival, or its return if it lost its place
+    queued_since: float | None = field(init=False)  # when it last joined the waiting or swapped queue; None while running
+    queue_wait_s: float = field(init=False)  # seconds spent queued, over all its stays
+    lost_tokens: int = field(init=False)  # computed tokens discarded by its preemptions by recompute
 
     def __post_init__(self) -> None:
         request = self.request
@@ -68,6 +73,9 @@ class Group:
         self.output_len = request.output_len
         self.is_beam = request.beam_width > 1
         self.kv_final_len = request.prompt_len + request.output_len - 1
+        self.order_s = self.queued_since = request.arrival_s
+        self.queue_wait_s = 0.0
+        self.lost_tokens = 0
 
     @property
     def width(self) -> int:

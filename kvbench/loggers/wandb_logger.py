@@ -21,12 +21,17 @@ What one run holds:
   peaks, latencies in ms, batching, memory, pressure, outcome), each once; no last-step
   ``steps/*`` or ``by_rate/*`` values; ``requests`` (a Table) and ``figures/<stem>`` (Images)
   are logged as media;
+- a run that fails (``finish(exit_code != 0)``) keeps no W&B directory: the local run folder
+  and the folders ``start`` made for it are removed, wherever ``logger.dir`` put them;
 - console: W&B's banner and its per-run lines are silenced unless ``logger.verbose=true``.
 """
 from __future__ import annotations
 
 import math
 import numbers
+import os
+import secrets
+import shutil
 import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -51,6 +56,7 @@ RATE_METRICS = (
 )  # fmt: skip
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".gif", ".bmp"}
 MAX_TAG_LEN = 64  # W&B's limit on one tag
+ID_ALPHABET = "0123456789abcdefghijklmnopqrstuvwxyz"  # W&B's own run ids: 8 of these
 
 
 def _scalar(value: Any) -> float | int | bool | None:
@@ -133,6 +139,9 @@ class WandbLogger(Logger):
         self._steps = StepSampler(self.max_step_logs)
         self._run_id = ""
         self._run_dir: Path | None = None
+        self._made: list[Path] = []
+        self._wandb_id = ""
+        self._wandb_dir = Path("wandb")
 
     @classmethod
     def from_config(cls, cfg: Mapping[str, Any]) -> WandbLogger:
@@ -170,10 +179,15 @@ class WandbLogger(Logger):
         all_tags = [str(t)[:MAX_TAG_LEN] for t in [*run_tags(fields), *tags, *self.tags]]
         self._run_id, self._run_dir = run_id, Path(run_dir) if run_dir else None
         directory = self.dir if self.dir is not None else (Path(run_dir) if run_dir else None)
+        self._made = []  # the folders this start made, outermost first: removed if a failed run leaves them empty
         if directory is not None:
+            self._made = [d for d in (*reversed(directory.parents), directory, directory / "wandb") if not d.exists()]
             directory.mkdir(parents=True, exist_ok=True)
         self._steps = StepSampler(self.max_step_logs)
+        self._wandb_id = "".join(secrets.choice(ID_ALPHABET) for _ in range(8))  # W&B's kind of id, known before init ends
+        self._wandb_dir = (directory if directory is not None else Path.cwd()) / "wandb"
         self.run = wandb.init(
+            id=self._wandb_id,
             project=self.project,
             entity=self.entity,
             mode=self.mode,
@@ -245,13 +259,46 @@ class WandbLogger(Logger):
     def finish(self, exit_code: int = 0) -> None:
         run, self.run = self.run, None
         if run is None:
+            if exit_code != 0:  # wandb.init failed or was interrupted: what it made so far
+                try:
+                    wandb.teardown()  # its service would go on writing into the run folder
+                except Exception:  # noqa: BLE001 - nothing to stop
+                    pass
+                self._remove_local(None)
             return
+        local = Path(run.dir).parent
         try:
             self._flush_steps(run)
             if exit_code == 0:
                 self._log_run_files(run)
         finally:
-            run.finish(exit_code=exit_code)
+            try:
+                run.finish(exit_code=exit_code)
+            finally:  # even when finishing failed (W&B's service gone on a signal)
+                if exit_code != 0:
+                    self._remove_local(local)
+
+    def _remove_local(self, local: Path | None) -> None:
+        """A failed run keeps nothing: remove the W&B run directory this run's ``wandb.init`` made,
+        the links W&B pointed at it (``latest-run``, ``debug*.log``), and the folders ``start``
+        made that are left empty; nothing else."""
+        if local is None and self._wandb_id and self._wandb_dir.is_dir():  # init did not return
+            local = next(self._wandb_dir.glob(f"*run-*-{self._wandb_id}"), None)
+        if local is not None:
+            self._remove_run_folder(local)
+        for folder in reversed(self._made):
+            try:
+                folder.rmdir()
+            except OSError:
+                break
+        self._made = []
+
+    @staticmethod
+    def _remove_run_folder(local: Path) -> None:
+        shutil.rmtree(local, ignore_errors=True)
+        for link in local.parent.iterdir() if local.parent.is_dir() else ():
+            if link.is_symlink() and Path(os.readlink(link)).parts[:1] == (local.name,):
+                link.unlink(missing_ok=True)
 
     # -- helpers ---------------------------------------------------------------------------
 

@@ -114,7 +114,8 @@ def record(overrides: list[str]) -> tuple[list[Op], dict]:
 
     from hydra import compose, initialize_config_dir
 
-    import kvbench.app as app
+    import kvbench.run.prepare as app  # build_allocator is looked up there, run(cfg) prepares through it
+    from kvbench.run.lifecycle import run
     from kvbench.config.errors import CONF_DIR
 
     recorders: list[OpRecorder] = []
@@ -130,7 +131,7 @@ def record(overrides: list[str]) -> tuple[list[Op], dict]:
                                                        f"results_dir={tmp}"])
         app.build_allocator = wrapped
         try:
-            summary = app.run(cfg)
+            summary = run(cfg)
         finally:
             app.build_allocator = original
     return recorders[-1].ops, summary

@@ -10,11 +10,14 @@ from pathlib import Path
 
 import pandas as pd
 
-from kvbench.results.compare import add_arguments, check_sweep_dir, compare_or_export, note_all_null_sort, with_granularity
+from kvbench.results.compare import (add_arguments, check_modes, check_output, check_sweep_dir, compare_or_export,
+                                     note_all_null_sort, with_granularity)
+from kvbench.results.grouping import GroupingError, is_setting, settings_that_vary, split
 from kvbench.results.naming import number
 from kvbench.results.query import QueryError, in_sweep, sort, where as select, with_labels
 from kvbench.results.reindex import check_index_path, clean, reindex
-from kvbench.results.store import DEFAULT_COMPARE_COLUMNS, DEFAULT_INDEX, ResultsError, compare, load_index, run_dirs
+from kvbench.results.store import (DEFAULT_COMPARE_COLUMNS, DEFAULT_INDEX, IndexLineError, ResultsError, compare, load_index,
+                                   run_dirs)
 
 
 def _format_cell(value: object) -> str:
@@ -42,9 +45,23 @@ def _groups(table: pd.DataFrame, by: Sequence[str] = ("experiment",)) -> Iterabl
         yield name, table.loc[keys == name].drop(columns=list(by))
 
 
+FORMATS = ("table", "csv", "markdown")
+
+
+class _UsageError(ValueError):
+    """A command line argparse refuses; reported as one line."""
+
+
+class _OneLineParser(argparse.ArgumentParser):
+    """argparse that reports a bad command line as one line (no usage block), exit 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise _UsageError(message)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """``kvbench-results``: print a comparison table of index columns, grouped by experiment."""
-    parser = argparse.ArgumentParser(
+    parser = _OneLineParser(
         prog="kvbench-results", description="Compare runs recorded in the results index."
     )
     parser.add_argument("--index", default=str(DEFAULT_INDEX), help="index file (%(default)s)")
@@ -60,14 +77,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--where", action="append", default=[], metavar="COL OP VALUE",
                         help="keep rows where e.g. allocator_label=orca-max, request_rate>=2 (repeatable)")
     parser.add_argument("--sweep", help="only runs of this sweep directory (results/runs/<experiment>/<sweep>)")
-    parser.add_argument("--format", choices=("table", "csv", "markdown"), default="table")
+    parser.add_argument("--format", choices=FORMATS, default=None, help="table (default), csv or markdown")
     parser.add_argument("--reindex", action="store_true",
                         help="rebuild the index from the finished run dirs under runs/ next to it, then exit")
     parser.add_argument("--clean", action="store_true",
                         help="remove the unfinished run dirs kvbench made whose process is dead, then exit")
     add_arguments(parser)
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except _UsageError as exc:
+        print(f"kvbench-results: {exc}", file=sys.stderr)
+        return 2
     index = Path(args.index)
+    try:
+        check_modes(args)
+        if args.output is not None:
+            check_output(args.output, index)
+    except QueryError as exc:
+        print(f"kvbench-results: {exc}", file=sys.stderr)
+        return 2
+    args.format = args.format if args.export else (args.format or "table")
     try:
         check_index_path(index, must_exist=False)
         if args.reindex or args.clean:
@@ -90,6 +119,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (OSError, UnicodeDecodeError) as exc:
         print(f"kvbench-results: cannot read {args.index}: {exc}", file=sys.stderr)
         return 2
+    except IndexLineError as exc:
+        print(f"kvbench-results: {exc}", file=sys.stderr)
+        return 2
     if args.experiment is not None:
         df = df[df["experiment"] == args.experiment]
     try:
@@ -102,11 +134,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.compare or args.export:
             return compare_or_export(args, sort(df, sort_keys))
         # --sort orders the rows (groups keep their first appearance); else rows go by group
+        hidden = hidden_settings(df, [*group_by, *columns])
+        if hidden and args.columns == ",".join(DEFAULT_COMPARE_COLUMNS):
+            columns = [*columns, *hidden]
+        elif hidden:
+            print(f"kvbench-results: rows that look alike differ in {', '.join(hidden)} (not shown; "
+                  "add them to --columns)", file=sys.stderr)
         if sort_keys:
             table = compare(sort(df, sort_keys), [*group_by, *columns], by=())
         else:
             table = compare(df, columns, by=group_by)
-    except QueryError as e:
+    except (QueryError, GroupingError) as e:
         print(f"kvbench-results: {e}", file=sys.stderr)
         return 2
     except KeyError as e:
@@ -132,6 +170,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
+def hidden_settings(df: pd.DataFrame, shown: Sequence[str]) -> list[str]:
+    """Settings not shown that tell apart rows alike in every shown setting (one row per run, never
+    averaged; such rows would look like repeats of one config): added to the table's columns."""
+    known = [c for c in shown if c in df.columns and is_setting(c)]
+    found: dict[str, None] = {}
+    for part in split(df, known):
+        found.update((c, None) for c in settings_that_vary(part, ignore=[*shown, "granularity", "allocator"]))
+    return list(found)
+
+
 def _maintain(index: Path, clean_dirs: bool, rebuild: bool) -> int:
     """``--clean`` and ``--reindex``: one line on stdout each, or one on stderr and exit 2."""
     try:
@@ -143,7 +191,8 @@ def _maintain(index: Path, clean_dirs: bool, rebuild: bool) -> int:
         if rebuild:
             done = reindex(index)
             notes = [f"{done.kept} kept from outside runs/" if done.kept else "",
-                     f"{done.dropped} dropped (their run dir is gone)" if done.dropped else "",
+                     f"{done.missing} kept whose run dir is gone (remove those lines by hand if the runs "
+                     "are)" if done.missing else "",
                      f"{len(done.unreadable)} unreadable summary.json ({done.unreadable[0]})" if done.unreadable else ""]
             extra = "".join(f"; {n}" for n in notes if n)
             print(f"kvbench-results: {index}: {done.rows} finished runs{extra}; {done.unfinished} unfinished run "

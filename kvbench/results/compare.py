@@ -22,17 +22,14 @@ from pathlib import Path
 
 import pandas as pd
 
+from kvbench.results.grouping import group_keys, numeric_metric, settings_that_vary, split, spread, value_key
 from kvbench.results.naming import cell, granularity, missing
 from kvbench.results.query import QueryError
-from kvbench.results.store import clean_summary
+from kvbench.results.store import REQUESTS_FILE, STEPS_FILE, SUMMARY_FILE, clean_summary
 
-# columns that describe what a run was given (compared runs are grouped by those that vary)
-SETTING_COLUMNS = ("experiment", "backend", "device", "gpu_profile", "model", "workload", "request_rate",
-                   "num_requests", "kv_bytes", "seed", "n", "beam_width", "prefix_len", "system", "scheduling",
-                   "batching", "preemption", "max_num_batched_tokens", "max_concurrency", "allocator_label",
-                   "allocator", "reserve", "block_size", "granularity", "page_bytes")
 # an allocator's own knobs: part of what is compared when allocators are
-ALLOCATOR_COLUMNS = ("allocator_label", "allocator", "reserve", "block_size", "granularity", "page_bytes")
+ALLOCATOR_COLUMNS = ("allocator_label", "allocator", "reserve", "block_size", "granularity", "page_bytes",
+                     "tokens_per_page")
 DEFAULT_METRICS = ("request_throughput", "mean_ttft_ms", "p99_ttft_ms", "mean_tpot_ms")
 EXPORT_FORMATS = ("json", "csv")
 
@@ -42,11 +39,60 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--compare", metavar="COL",
                         help="compare the values of COL (e.g. allocator_label) within groups of the other settings")
     parser.add_argument("--baseline", metavar="VALUE", help="--compare: the COL value ratios are taken against")
-    parser.add_argument("--metrics", default=",".join(DEFAULT_METRICS),
-                        help="--compare: comma-separated metrics (default: %(default)s)")
+    parser.add_argument("--metrics", default=None,
+                        help=f"--compare: comma-separated metrics (default: {','.join(DEFAULT_METRICS)})")
     parser.add_argument("--export", choices=EXPORT_FORMATS,
                         help="write the selected runs' summary rows (every column) as JSON or CSV")
-    parser.add_argument("--output", metavar="FILE", help="--export: write to FILE instead of stdout")
+    parser.add_argument("--output", metavar="FILE",
+                        help="--compare/--export: write to FILE (a new or regular file, never the index "
+                             "or a run's file) instead of stdout")
+
+
+def check_modes(args: argparse.Namespace) -> None:
+    """QueryError for a flag that does nothing in the mode used (one line naming it)."""
+    maintaining = [f for f, on in (("--reindex", args.reindex), ("--clean", args.clean)) if on]
+    if maintaining:
+        used = [f for f, on in (("--compare", args.compare), ("--export", args.export), ("--output", args.output),
+                                ("--baseline", args.baseline), ("--metrics", args.metrics)) if on is not None]
+        if used:
+            raise QueryError(f"{used[0]} does nothing with {maintaining[0]} (which only rebuilds or cleans); "
+                             "run them separately")
+        return
+    if args.compare is not None and args.export is not None:
+        raise QueryError("--compare and --export are two modes; use one")
+    if args.export is not None and args.format is not None:
+        raise QueryError(f"--format does nothing with --export (--export {args.export} is the format)")
+    if args.compare is None:
+        for flag, value in (("--baseline", args.baseline), ("--metrics", args.metrics)):
+            if value is not None:
+                raise QueryError(f"{flag} works with --compare only (it does nothing here)")
+        if args.output is not None and args.export is None:
+            raise QueryError("--output works with --compare or --export only (it does nothing here)")
+
+
+def check_output(output: str, index_path: Path) -> None:
+    """QueryError unless ``output`` may be written: never the index (or its lock), a file of a run
+    directory, a symlink, or anything that exists and is not a regular file."""
+    path = Path(output)
+    if path.is_symlink():
+        raise QueryError(f"--output: {output} is a symlink (refused: the link would be replaced); give a plain path")
+    if path.exists() and not path.is_file():
+        raise QueryError(f"--output: {output} exists and is not a regular file (refused)")
+    if not path.parent.is_dir():
+        raise QueryError(f"--output: no folder {path.parent} (nothing was written)")
+    target = path.resolve()
+    results = index_path.parent.resolve()
+    protected = {index_path.resolve(), index_path.resolve().with_name(index_path.name + ".lock")}
+    if target in protected or (path.exists() and index_path.exists() and path.samefile(index_path)):
+        raise QueryError(f"--output: {output} is the results index (refused: it would be overwritten)")
+    runs = results / "runs"
+    if runs == target or runs in target.parents or _in_run_dir(target):
+        raise QueryError(f"--output: {output} is inside a run directory (refused: runs' files are not outputs)")
+
+
+def _in_run_dir(target: Path) -> bool:
+    folder = target.parent
+    return any((folder / name).exists() for name in (SUMMARY_FILE, STEPS_FILE, REQUESTS_FILE, ".running", ".hydra"))
 
 
 def with_granularity(df: pd.DataFrame) -> pd.DataFrame:
@@ -91,45 +137,110 @@ def _check_columns(df: pd.DataFrame, columns: Sequence[str], flag: str) -> None:
         raise QueryError(f"{flag}: unknown column(s) {', '.join(unknown)}")
 
 
-def varying_settings(df: pd.DataFrame, compared: str) -> list[str]:
-    """The setting columns, other than the compared one, that take more than one value."""
-    skip = {compared, *(ALLOCATOR_COLUMNS if compared in ALLOCATOR_COLUMNS else ())}
-    return [c for c in SETTING_COLUMNS
-            if c in df.columns and c not in skip and df[c].astype(str).nunique() > 1]
+def value_text(value: object) -> str:
+    """A compared value as the user writes it: ``null`` for not set, 4 for 4.0, true/false."""
+    key = value_key(value)
+    if key is None:
+        return "null"
+    kind, raw = key
+    if kind == "bool":
+        return "true" if raw else "false"
+    if kind == "num":
+        return str(int(raw)) if math.isfinite(raw) and raw == int(raw) else f"{raw:g}"
+    return str(value)
+
+
+_NULL_WORDS = ("null", "none", "-", "")
+
+
+def _matches_baseline(text: pd.Series, baseline: str) -> pd.Series:
+    if baseline.strip().lower() in _NULL_WORDS:
+        return text == "null"
+    try:
+        number = float(baseline)
+    except ValueError:
+        return text == baseline
+    return text.map(lambda t: t == baseline or _same_number(t, number))
+
+
+def _same_number(text: str, number: float) -> bool:
+    try:
+        return float(text) == number
+    except ValueError:
+        return False
+
+
+def _knob_label(value: str, knobs: dict[str, object]) -> str:
+    return f"{value} ({', '.join(f'{k}={value_text(v)}' for k, v in knobs.items())})" if knobs else value
+
+
+def _row_knobs(df: pd.DataFrame, compared: str, labels: pd.Series, varying: list[str]) -> tuple[list[str], list[str]]:
+    """Split the settings that vary (other than the compared one) into group keys and the
+    allocator knobs that go into a row's label (they vary among runs of one compared value)."""
+    group_by, in_label = [], []
+    for column in varying:
+        if compared in ALLOCATOR_COLUMNS and column in ALLOCATOR_COLUMNS:
+            if any(settings_that_vary(df[labels == value][[column]]) for value in dict.fromkeys(labels)):
+                in_label.append(column)
+            continue  # follows the compared allocator: not a group of its own
+        group_by.append(column)
+    return group_by, in_label
+
+
+def _label_knobs(df: pd.DataFrame, text: pd.Series, value: str, in_label: list[str]) -> list[str]:
+    """The knobs that vary among runs of one compared value (granularity only when it alone does)."""
+    rows = df[text == value]
+    knobs = [k for k in in_label if settings_that_vary(rows[[k]])]
+    return [k for k in knobs if k != "granularity"] if len(knobs) > 1 else knobs
 
 
 def compare_groups(df: pd.DataFrame, compared: str, baseline: str, metrics: Sequence[str]
                    ) -> list[tuple[str, pd.DataFrame]]:
-    """Per group of the other settings: one row per compared value (baseline first), with
-    ``runs``, then each metric's mean and its ratio to the baseline's (``<metric>/base``)."""
+    """Per group of the other settings that vary: one row per compared value (baseline first),
+    each averaging only runs whose every setting but the seed is equal (``runs`` says how many,
+    ``<metric> sd`` their spread when any row averages several); a setting that varies among runs
+    of one compared value splits them into rows labelled with it (``paged (block_size=32)``).
+    ``<metric>/base`` is the ratio to the baseline row of the same group."""
     _check_columns(df, [compared, *metrics], "--compare/--metrics")
-    labels = df[compared].astype(str)
-    if baseline not in set(labels):
+    values = {m: numeric_metric(df, m) for m in metrics}
+    text = df[compared].map(value_text)
+    is_base = _matches_baseline(text, baseline)
+    if not is_base.any():
         raise QueryError(f"--baseline: no selected run has {compared}={baseline} "
-                         f"(values: {', '.join(sorted(set(labels)))})")
-    settings = varying_settings(df, compared)
-    keys = df[settings].astype(str).agg(", ".join, axis=1) if settings else pd.Series("", index=df.index)
+                         f"(values: {', '.join(sorted(set(text)))})")
+    base_text = text[is_base].iloc[0]
+    varying = settings_that_vary(df, ignore=[compared])
+    group_by, in_label = _row_knobs(df, compared, text, varying)
+    several = any(len(part) > 1 for part in split(df, [compared, *group_by, *in_label]))
     groups = []
-    for key in dict.fromkeys(keys):
-        part = df[keys == key]
-        part_labels = labels[keys == key]
-        order = [baseline] + sorted(set(part_labels) - {baseline})
-        base = {m: pd.to_numeric(part.loc[part_labels == baseline, m], errors="coerce").mean() for m in metrics}
+    for part in split(df, group_by):
+        rows_of = split(part, [compared, *in_label])
+        order = sorted(rows_of, key=lambda rows: (text[rows.index[0]] != base_text, text[rows.index[0]],
+                                                  str(group_keys(rows, in_label).iloc[0])))
+        bases = [rows for rows in order if text[rows.index[0]] == base_text]
+        base = {m: values[m][bases[0].index].mean() for m in metrics} if len(bases) == 1 else None
         rows = []
-        for value in order:
-            runs = part[part_labels == value]
-            if runs.empty:
-                continue
-            row: dict[str, object] = {compared: value, "runs": len(runs)}
+        for runs in order:
+            first = runs.iloc[0]
+            label = _knob_label(text[runs.index[0]], {k: first[k] for k in _label_knobs(df, text, text[runs.index[0]],
+                                                                                       in_label)})
+            row: dict[str, object] = {compared: label, "runs": len(runs)}
             for m in metrics:
-                mean = pd.to_numeric(runs[m], errors="coerce").mean()
+                mean = values[m][runs.index].mean()
                 row[m] = mean
-                row[f"{m}/base"] = mean / base[m] if base[m] and not math.isnan(base[m]) else math.nan
+                if several:
+                    row[f"{m} sd"] = spread(values[m][runs.index])
+                ratio = math.nan
+                if base is not None and base[m] and not math.isnan(base[m]):
+                    ratio = mean / base[m]
+                row[f"{m}/base"] = ratio
             rows.append(row)
         first = part.iloc[0]
-        title = ", ".join(f"{s}={cell(first[s])}" for s in settings) if settings else "all selected runs"
-        if baseline not in set(part_labels):
+        title = ", ".join(f"{s}={'null' if missing(first[s]) else cell(first[s])}" for s in group_by) if group_by else "all selected runs"
+        if not bases:
             title += f" (no {baseline} run here: no ratios)"
+        elif len(bases) > 1:
+            title += f" ({len(bases)} {baseline} rows differ in {', '.join(in_label)}: no ratios)"
         groups.append((title, pd.DataFrame(rows)))
     return groups
 
@@ -161,8 +272,34 @@ def export_rows(df: pd.DataFrame, fmt: str) -> str:
     """The selected rows as strict JSON (a list of summary rows) or CSV."""
     if fmt == "csv":
         return df.to_csv(index=False)
-    rows = [clean_summary({k: v for k, v in row.items() if not (v is pd.NA)}) for row in df.to_dict("records")]
+    rows = [_export_row(row) for row in df.to_dict("records")]
     return json.dumps(rows, indent=1, allow_nan=False) + "\n"
+
+
+def _export_row(row: dict) -> dict:
+    """One summary row as strict JSON: a nested value (a list or an object some writer put in a
+    summary) is exported as it is, as JSON holds it; infinities go to the ``nonfinite`` column."""
+    flat, nested = {}, {}
+    for key, value in row.items():
+        if value is pd.NA:
+            continue
+        (nested if isinstance(value, (list, dict, tuple)) else flat)[key] = value
+    out = clean_summary(flat)
+    out.update((key, _strict(value)) for key, value in nested.items())
+    return out
+
+
+def _strict(value: object) -> object:
+    """A nested value with every NaN or infinity as null and numpy scalars as Python ones."""
+    if isinstance(value, dict):
+        return {str(k): _strict(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_strict(v) for v in value]
+    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value if value is None or isinstance(value, (bool, int, float, str)) else str(value)
 
 
 def _write(text: str, output: str | None) -> None:
@@ -185,15 +322,20 @@ def compare_or_export(args: argparse.Namespace, df: pd.DataFrame) -> int:
         print("kvbench-results: no runs match the selection", file=sys.stderr)
         return 1
     if args.export:
-        try:
-            _write(export_rows(df, args.export), args.output)
-        except OSError as exc:
-            print(f"kvbench-results: --output: cannot write {args.output}: {exc.strerror or exc}", file=sys.stderr)
-            return 2
-        return 0
-    if not args.baseline:
-        raise QueryError("--compare needs --baseline VALUE (the value ratios are taken against)")
-    metrics = _split(args.metrics)
-    groups = compare_groups(df, args.compare, args.baseline, metrics)
-    print(format_groups(groups, args.baseline, args.format), end="" if args.format == "csv" else "\n")
+        text = export_rows(df, args.export)
+    else:
+        if args.baseline is None:
+            raise QueryError("--compare needs --baseline VALUE (the value ratios are taken against)")
+        metrics = _split(args.metrics if args.metrics is not None else ",".join(DEFAULT_METRICS))
+        if not metrics:
+            raise QueryError(f"--metrics: {args.metrics!r} names no metric")
+        fmt = args.format or "table"
+        groups = compare_groups(df, args.compare, args.baseline, metrics)
+        text = format_groups(groups, args.baseline, fmt)
+        text += "" if fmt == "csv" else "\n"
+    try:
+        _write(text, args.output)
+    except OSError as exc:
+        print(f"kvbench-results: --output: cannot write {args.output}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
     return 0

@@ -20,23 +20,47 @@ NOT_APPLICABLE = "-"
 _ORCA_RESERVES = ("max", "pow2", "oracle")
 
 
+# knobs a label names: a run whose value differs from its config's is not that config's run
+LABELLED_KNOBS = ("page_bytes",)
+DEFAULT_PAGE_BYTES = 2 * 2**20  # vAttention's page as the CUDA driver maps it (conf/allocator/vattention.yaml)
+
+
 @lru_cache(maxsize=64)
-def _config_knobs(choice: str) -> tuple[str | None, str | None] | None:
+def _config_knobs(choice: str) -> tuple[str | None, str | None, tuple] | None:
     path = CONF_DIR / "allocator" / f"{choice}.yaml"
     if not path.is_file():
         return None
     cfg = OmegaConf.load(path)
-    return cfg.get("name"), cfg.get("reserve")
+    return cfg.get("name"), cfg.get("reserve"), tuple(cfg.get(k) for k in LABELLED_KNOBS)
 
 
-def allocator_label(name: str, reserve: str | None = None, choice: str | None = None) -> str:
-    """The config name of this allocator (``choice`` when its knobs still hold), else one
-    derived from the knobs the same way: buddy with max/pow2/oracle is ``orca-<reserve>``."""
+def _knobs_hold(choice: str, name: str, reserve: str | None, knobs: Mapping[str, object] | None) -> bool:
+    config = _config_knobs(choice)
+    if config is None or config[:2] != (name, reserve):
+        return False
+    for key, configured in zip(LABELLED_KNOBS, config[2]):
+        used = (knobs or {}).get(key)
+        if configured is not None and not missing(used) and float(used) != float(configured):
+            return False
+    return True
+
+
+def allocator_label(name: str, reserve: str | None = None, choice: str | None = None,
+                    knobs: Mapping[str, object] | None = None) -> str:
+    """The config name of this allocator (``choice`` when its knobs still hold: reserve, and the
+    page size in ``knobs``), else one derived from the knobs the same way: buddy with
+    max/pow2/oracle is ``orca-<reserve>``; a config chosen for vAttention whose page size was
+    overridden is named by the page used (``vattention-64k``, or ``vattention`` for 2 MiB). Without
+    a choice (``run(cfg)`` outside Hydra) the label stays the allocator's name, as before."""
     reserve = None if missing(reserve) else str(reserve)
-    if choice and _config_knobs(choice) == (name, reserve):
+    if choice and _knobs_hold(choice, name, reserve, knobs):
         return choice
     if name == "buddy" and reserve in _ORCA_RESERVES:
         return f"orca-{reserve}"
+    page = (knobs or {}).get("page_bytes")
+    if choice and name == "vattention" and not missing(page) and float(page) != DEFAULT_PAGE_BYTES:
+        page = float(page)
+        return f"vattention-{page / 1024:g}k" if page < 2**20 else f"vattention-{page / 2**20:g}m"
     return f"{name}-{reserve}" if reserve else str(name)
 
 
@@ -124,7 +148,8 @@ def fields_from_config(flat: Mapping[str, object]) -> dict[str, object]:
     name = flat.get("allocator.name")
     return {
         "allocator": name,
-        "allocator_label": allocator_label(str(name), flat.get("allocator.reserve"), hydra_choice())
+        "allocator_label": allocator_label(str(name), flat.get("allocator.reserve"), hydra_choice(),
+                                           {"page_bytes": flat.get("allocator.page_bytes")})
         if name is not None else None,
         "reserve": flat.get("allocator.reserve"),
         "block_size": flat.get("allocator.block_size"),

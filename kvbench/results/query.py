@@ -17,13 +17,26 @@ class QueryError(ValueError):
 
 
 def with_labels(df: pd.DataFrame) -> pd.DataFrame:
-    """``allocator_label`` for every row (older rows lack it: derived from allocator and reserve)."""
+    """``allocator_label`` for every row: older rows lack it (derived from allocator, reserve and
+    page size); a label that names a config whose page size the run did not use (a run of
+    ``vattention-64k`` with ``allocator.page_bytes=2097152``, written before labels checked it) is
+    replaced by the one its knobs give."""
     out = df.copy()
-    derived = [allocator_label(str(a), r) for a, r in zip(out["allocator"], out["reserve"])]
+    pages = out["page_bytes"] if "page_bytes" in out else pd.Series(None, index=out.index, dtype=object)
+    rows = list(zip(out["allocator"], out["reserve"], pages))
+    derived = [allocator_label(str(a), r) for a, r, _ in rows]
     if "allocator_label" not in out:
         out["allocator_label"] = derived
-    else:
-        out["allocator_label"] = [d if missing(v) else v for v, d in zip(out["allocator_label"], derived)]
+        return out
+    labels = []
+    for value, fallback, (name, reserve, page) in zip(out["allocator_label"], derived, rows):
+        if missing(value):
+            labels.append(fallback)
+        elif str(value).startswith("vattention") and not missing(page):
+            labels.append(allocator_label(str(name), reserve, str(value), {"page_bytes": page}))
+        else:
+            labels.append(value)
+    out["allocator_label"] = labels
     return out
 
 

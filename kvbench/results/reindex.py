@@ -3,8 +3,10 @@
 A run dir is finished when it holds ``summary.json``. Readers add the finished runs under
 ``<index folder>/runs`` that have no index row (a run killed between its summary and its row),
 so no finished run is ever invisible. ``reindex`` rebuilds the index from those run dirs and keeps
-every old row whose run dir still holds a finished run (stored outside ``runs/``, or ``runs/``
-gone); it drops only rows whose run is gone, and says how many. ``clean`` removes only the dirs
+every old row: one whose run dir still holds a finished run (stored outside ``runs/``) is re-read
+from it; one whose run dir is gone is kept as it was and counted (never lost: remove such lines by
+hand once the runs are known to be gone). Without a ``runs/`` folder next to the index there is
+nothing to rebuild from: ``reindex`` refuses and leaves the index as it is. ``clean`` removes only the dirs
 that kvbench made for a run whose process is dead (``kvbench.run.rundir.is_dead_run``), and in them
 only the files kvbench writes.
 """
@@ -24,7 +26,7 @@ class Reindexed(NamedTuple):
     rows: int  # rows in the new index
     unfinished: int  # unfinished run dirs under runs/ (not indexed)
     kept: int  # old rows of finished runs stored outside runs/
-    dropped: int  # old rows whose run dir no longer holds a finished run
+    missing: int  # old rows whose run dir no longer holds a finished run (kept as they were)
     unreadable: list[str]  # summary.json files that are not a summary (skipped, or their old row kept)
 
 
@@ -68,7 +70,12 @@ def reindex(index_path: str | os.PathLike) -> Reindexed:
     """
     index_path = Path(index_path)
     check_index_path(index_path, must_exist=False)
-    finished, unfinished = run_dirs(index_path.parent / "runs")
+    runs = index_path.parent / "runs"
+    if not runs.is_dir():
+        rows = len(_old_rows(index_path))
+        raise ResultsError(f"--reindex: no runs/ folder next to {index_path} (nothing to rebuild from); "
+                           f"the index is left as it is ({rows} rows)")
+    finished, unfinished = run_dirs(runs)
     entries: dict[str, tuple[float, dict]] = {}
     unreadable: list[str] = []
     for folder in finished:
@@ -78,13 +85,14 @@ def reindex(index_path: str | os.PathLike) -> Reindexed:
             unreadable.append(str(exc))
             continue
         entries[row["run_id"]] = ((folder / SUMMARY_FILE).stat().st_mtime, row)
-    kept = dropped = 0
-    for old in _old_rows(index_path):
+    kept = missing = 0
+    for order, old in enumerate(_old_rows(index_path)):
         if old["run_id"] in entries:
             continue
         folder = _resolve(index_path, old.get("run_dir"))
         if folder is None or not (folder / SUMMARY_FILE).is_file():
-            dropped += 1
+            missing += 1
+            entries[old["run_id"]] = (order - 1e9, old)  # before every summary's mtime, in their old order
             continue
         try:
             row = summary_row(folder, index_path)
@@ -104,7 +112,7 @@ def reindex(index_path: str | os.PathLike) -> Reindexed:
             atomic_write(index_path, lambda f: f.write(text))
         finally:
             fcntl.flock(lock.fileno(), fcntl.LOCK_UN)
-    return Reindexed(len(rows), len(unfinished), kept, dropped, unreadable)
+    return Reindexed(len(rows), len(unfinished), kept, missing, unreadable)
 
 
 def clean(index_path: str | os.PathLike) -> list[Path]:

@@ -9,7 +9,7 @@ complete run.
 A run is finished when its ``summary.json`` exists; a run directory without one (a run killed
 outright, leftover ``*.tmp`` files) is unfinished: readers ignore it, ``kvbench-results --clean``
 removes it once no live process holds its ``.running`` lock and only if kvbench made it
-(``kvbench/reindex.py``, ``kvbench/rundir.py``).
+(``kvbench/results/reindex.py``, ``kvbench/run/rundir.py``).
 
 Strict JSON: ``summary.json`` and index rows never hold NaN or Infinity. NaN is written as null;
 an infinite value (a burst workload's ``request_rate``) is written as null and named in the
@@ -122,15 +122,35 @@ def _encode_nonfinite(row: dict[str, object]) -> dict[str, object]:
     return out
 
 
+class NonfiniteError(ValueError):
+    """A ``nonfinite`` field that is not ``KEY=inf``/``KEY=-inf`` items (a hand-edited row)."""
+
+
+_NONFINITE_VALUES = {"inf": math.inf, "+inf": math.inf, "-inf": -math.inf, "infinity": math.inf,
+                     "-infinity": -math.inf, "nan": math.nan}
+
+
 def decode_nonfinite(row: dict[str, object]) -> dict[str, object]:
-    """Put back the infinities that ``nonfinite`` names (the inverse of the writer's encoding)."""
-    named = row.get(NONFINITE_COLUMN)
-    if not isinstance(named, str) or not named:
+    """Put back the infinities that ``nonfinite`` names (the inverse of the writer's encoding).
+
+    An empty or null field names nothing (dropped). Anything else that is not comma-separated
+    ``KEY=inf`` / ``KEY=-inf`` items naming a null column raises NonfiniteError (one line)."""
+    if NONFINITE_COLUMN not in row:
         return row
+    named = row[NONFINITE_COLUMN]
     out = {k: v for k, v in row.items() if k != NONFINITE_COLUMN}
+    if named is None or named == "":
+        return out
+    if not isinstance(named, str):
+        raise NonfiniteError(f"nonfinite field {named!r} is not a string of KEY=inf items")
     for item in named.split(","):
-        key, _, value = item.partition("=")
-        out[key] = float(value)
+        key, sep, value = item.strip().partition("=")
+        number = _NONFINITE_VALUES.get(value.strip().lower())
+        if not sep or not key or number is None:
+            raise NonfiniteError(f"nonfinite field {named!r}: {item!r} is not KEY=inf or KEY=-inf")
+        if out.get(key) is not None:
+            raise NonfiniteError(f"nonfinite field {named!r}: {key} holds {out[key]!r}, not null")
+        out[key] = number
     return out
 
 
@@ -254,6 +274,10 @@ def _write_all(fd: int, data: bytes) -> None:
 # ----------------------------------------------------------------------------- reading
 
 
+class IndexLineError(ValueError):
+    """An index line that is a JSON object yet cannot be read as a row (a bad ``nonfinite`` field)."""
+
+
 def load_index(path: str | os.PathLike = DEFAULT_INDEX, dedupe: bool = True, unindexed: bool = True) -> pd.DataFrame:
     """Read the index as one row per run, SUMMARY_COLUMNS first, then run_dir and extras.
 
@@ -287,7 +311,10 @@ def load_index(path: str | os.PathLike = DEFAULT_INDEX, dedupe: bool = True, uni
             if i != last:
                 warnings.warn(f"{path}:{i + 1}: skipping a line that is not a JSON object")
             continue
-        rows.append(decode_nonfinite(obj))
+        try:
+            rows.append(decode_nonfinite(obj))
+        except NonfiniteError as exc:
+            raise IndexLineError(f"{path}:{i + 1}: {exc} (fix or remove that row)") from None
     if unindexed:
         rows += [decode_nonfinite(row) for row in unindexed_rows(path, rows)]
         if missing and not rows:

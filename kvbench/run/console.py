@@ -1,13 +1,12 @@
 """What a run shows on the console: its progress bar and the one-row-per-run summary table."""
 from __future__ import annotations
 
-import sys
-
 import pandas as pd
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from kvbench.results.naming import allocator_label, cell, hydra_choice
+from kvbench.run.progress import RunProgress, wanted
 
 
 def _job_label(cfg: DictConfig) -> str:
@@ -19,24 +18,9 @@ def _job_label(cfg: DictConfig) -> str:
     return job or allocator_label(str(cfg.allocator.name), cfg.allocator.get("reserve"), hydra_choice())
 
 
-class _Progress:
-    def __init__(self, bar) -> None:
-        self.bar = bar
-
-    def update_to(self, finished: int) -> None:
-        if finished != self.bar.n:
-            self.bar.update(finished - self.bar.n)
-
-    def close(self) -> None:
-        self.bar.close()
-
-
-def _progress_bar(cfg: DictConfig, total: int, desc: str) -> _Progress | None:
-    if not cfg.get("progress", True):
-        return None
-    from tqdm.auto import tqdm  # start-up time: only when a bar is shown
-
-    return _Progress(tqdm(total=total, desc=desc, unit="req", delay=2.0, leave=False, file=sys.stderr))
+def _progress_bar(cfg: DictConfig, total: int, desc: str) -> RunProgress | None:
+    """The run's progress bar (``kvbench.run.progress``), or None: progress=false, no terminal, CI."""
+    return RunProgress(total, desc) if wanted(cfg.get("progress", True)) else None
 
 
 SHOW_COLUMNS = ("allocator_label", "reserve", "granularity", "workload", "num_finished", "num_rejected",

@@ -25,6 +25,8 @@ from typing import Any
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
+from kvbench.run.precheck import PLANNED
+
 STATUS_FAILED = "failed"
 
 
@@ -55,9 +57,10 @@ def failure(value: object) -> str | None:
 FAILURES_FILE = "failed_jobs.jsonl"  # in the sweep's directory: one JSON object per failed job
 
 
-def record_failure(sweep_dir: Path, job: int, overrides: str, error: str) -> None:
-    """Append a failed job to its sweep's record (best effort: a full disk loses only the record)."""
-    row = json.dumps({"job": job, "overrides": overrides, "error": error}) + "\n"
+def record_failure(sweep_dir: Path, job: int, overrides: str, error: str, kept: bool = False) -> None:
+    """Append a failed job to its sweep's record (best effort: a job whose record a full disk
+    lost is still counted, as one that left no finished run; ``kept``: its run dir stays)."""
+    row = json.dumps({"job": job, "overrides": overrides, "error": error, "kept": kept}) + "\n"
     try:
         sweep_dir.mkdir(parents=True, exist_ok=True)
         fd = os.open(sweep_dir / FAILURES_FILE, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -90,8 +93,23 @@ class FailedJobs(Callback):
     failed = 0  # read by kvbench.app.main once Hydra returns
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
-        rows = read_failures(Path(str(config.hydra.sweep.dir)))
-        FailedJobs.failed = len(rows)
-        if rows:
-            print(f"kvbench: {len(rows)} job(s) of this sweep failed: "
-                  + "; ".join(f"job {r['job']} ({r['overrides'] or 'no overrides'})" for r in rows), file=sys.stderr)
+        sweep_dir = Path(str(config.hydra.sweep.dir))
+        rows = read_failures(sweep_dir)
+        basic = "BasicSweeper" in str(config.hydra.sweeper.get("_target_", ""))  # it runs exactly the planned jobs
+        unrecorded = _unrecorded_failures(sweep_dir, rows) if basic else 0
+        FailedJobs.failed = len(rows) + unrecorded
+        if FailedJobs.failed:
+            named = [f"job {r['job']} ({r['overrides'] or 'no overrides'})" for r in rows]
+            named += [f"{unrecorded} more that left no finished run"] if unrecorded else []
+            print(f"kvbench: {FailedJobs.failed} job(s) of this sweep failed: " + "; ".join(named), file=sys.stderr)
+
+
+def _unrecorded_failures(sweep_dir: Path, rows: list[dict]) -> int:
+    """Jobs the pre-check planned that neither finished a run nor recorded their failure (a
+    worker killed, a record a full disk lost); 0 where the sweeper picks the jobs itself."""
+    planned = PLANNED.get("jobs")
+    if not planned or len(PLANNED.get("dirs", [])) != 1:
+        return 0
+    finished = sum(1 for _ in sweep_dir.rglob("summary.json"))
+    failed_without_run = sum(1 for r in rows if not r.get("kept"))
+    return max(0, planned - finished - failed_without_run)

@@ -12,7 +12,9 @@ from omegaconf import DictConfig
 from kvbench.config.errors import ConfigError
 from kvbench.engine import Engine, SchedulerConfig
 from kvbench.engine.policies import scheduler_class
+from kvbench.engine.policy_checks import policy_knobs
 from kvbench.metrics import parse_goodput, parse_percentiles, serving_metrics
+from kvbench.sim.offload import LoadCost
 from kvbench.results.naming import allocator_label, granularity, hydra_choice
 from kvbench.results.store import write_run
 from kvbench.run import signals
@@ -29,7 +31,7 @@ def _identity(cfg: DictConfig, prep: Prepared, run_id: str) -> dict:
         "run_id": run_id,
         "experiment": str(cfg.experiment_name),
         "allocator": str(alloc.name),
-        "allocator_label": allocator_label(str(alloc.name), alloc.get("reserve"), hydra_choice()),
+        "allocator_label": allocator_label(str(alloc.name), alloc.get("reserve"), hydra_choice(), alloc),
         "reserve": alloc.get("reserve"),
         "block_size": int(alloc.block_size) if alloc.get("block_size") is not None else (
             prep.allocator.block_size if alloc.name == "vattention" else None),  # vattention: auto
@@ -52,7 +54,8 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None, logger=None, run_id:
     requests = prep.workload.requests
     run_id = run_id or new_run_id()
     eng = cfg.engine
-    sched_cfg = SchedulerConfig(**vars(prep.spec.scheduler), stop_token_ids=_stop_token_ids(cfg, prep))
+    sched_cfg = SchedulerConfig(**vars(prep.spec.scheduler), stop_token_ids=_stop_token_ids(cfg, prep),
+                                **policy_knobs(cfg))
     progress = _progress_bar(cfg, len(requests), _job_label(cfg))
     wall0 = time.perf_counter()
     try:
@@ -60,12 +63,15 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None, logger=None, run_id:
                         progress=progress.update_to if progress else None,
                         memmap_every=int(eng.get("memmap_every") or 0),
                         scheduler_cls=scheduler_class(_scheduling(cfg), str(eng.get("batching", "continuous"))),
-                        max_concurrency=cfg.workload.get("max_concurrency"))
+                        max_concurrency=cfg.workload.get("max_concurrency"),
+                        load_cost=LoadCost.from_configs(cfg) if prep.tiers is not None else None)
         out = engine.run(requests)
     finally:
         if progress:
             progress.close()
     summary = _identity(cfg, prep, run_id) | out.summary | _serving(cfg, out) | _extras(cfg, prep, out)
+    if prep.tiers is not None:  # offload columns only when a tier is on: offload=none runs stay byte-identical
+        summary |= _offload_columns(cfg, prep, engine)
     summary["granularity"] = granularity(summary)
     summary["wall_s"] = time.perf_counter() - wall0
     summary |= provenance()
@@ -130,6 +136,24 @@ def _serving(cfg: DictConfig, out) -> dict:
     return serving_metrics(out.requests, out.summary["duration_s"],
                            percentiles=parse_percentiles(metrics.get("percentiles")),
                            goodput=parse_goodput(metrics.get("goodput")))
+
+
+def _offload_columns(cfg: DictConfig, prep: Prepared, engine: Engine) -> dict:
+    """The tiers' settings, hit rates per tier, bytes moved and load seconds on the critical path."""
+    stats = prep.allocator.stats()
+    tiers = prep.tiers
+    cols = {key: value for key, value in stats.items() if key.startswith("tier_")}
+    return cols | {
+        "offload": str(cfg.offload.name),
+        "offload_host_bytes": tiers.host.capacity_bytes,
+        "offload_disk_bytes": tiers.disk.capacity_bytes if tiers.disk is not None else 0,
+        "offload_block_tokens": tiers.chunk_tokens,
+        "offload_policy": str(cfg.offload.policy),
+        "offload_write": str(cfg.offload.write),
+        "offload_load": str(cfg.offload.load),
+        "offload_link": str(cfg.gpu.offload_link),
+        "tier_load_s": engine.load_s,
+    }
 
 
 def _extras(cfg: DictConfig, prep: Prepared, out) -> dict:

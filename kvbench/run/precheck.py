@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import os
+import re
+from collections.abc import Callable
 from pathlib import Path
 
-from hydra import compose, initialize_config_dir
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra._internal.utils import get_args_parser
 from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -13,11 +14,14 @@ from hydra.core.override_parser.types import ValueType
 from hydra.errors import HydraException
 from omegaconf import DictConfig
 
-from kvbench.config.errors import CONF_DIR, ConfigError
+from kvbench.config.conflicts import check_conflicts
+from kvbench.config.errors import ConfigError
 from kvbench.config.compose import validate
-from kvbench.config.knob_types import check_knob_types, group_overrides
+from kvbench.config.knob_types import check_knob_types, group_overrides, where_key_lives
+from kvbench.config.source import hydra_source
 from kvbench.config.sweeper_checks import check_launch, check_objective
 from kvbench.config.validate import check_activation, check_dataset, check_servable
+from kvbench.engine.policy_checks import check_priorities
 from kvbench.results.resultsdir import check_results_dir
 from kvbench.run import ids  # noqa: F401  (registers ${kvbench_id:...}, which the run dirs use)
 from kvbench.run.prepare import _allocator, _errors, _workload, run_spec
@@ -25,12 +29,12 @@ from kvbench.run.rundir import KEEP_ENV, check_output_dirs, keep_dir_for
 
 
 # -- command line ------------------------------------------------------------------------------
-def _split_argv(argv: list[str]) -> tuple[list[str], bool, bool]:
-    """Overrides, whether it is a multirun, and whether to skip the pre-check (help, --cfg, --info:
-    nothing runs). Hydra's own parser reads the flags, abbreviations (``--multir``) included; a
-    flag it refuses raises ConfigError."""
+def _split_argv(argv: list[str]):
+    """Hydra's parsed arguments (overrides, multirun, the config flags) and whether to skip the
+    pre-check (help, --cfg, --info: nothing runs), or None for ``--version``. Hydra's own parser
+    reads the flags, abbreviations (``--multir``) included; a flag it refuses raises ConfigError."""
     if any(a.startswith("--v") and "--version".startswith(a.split("=", 1)[0]) for a in argv):
-        return [], False, True
+        return None
     parser = get_args_parser()
 
     def refuse(message: str) -> None:
@@ -38,9 +42,9 @@ def _split_argv(argv: list[str]) -> tuple[list[str], bool, bool]:
 
     parser.error = refuse  # type: ignore[method-assign]
     args = parser.parse_args(argv)
-    skip = bool(args.help or args.hydra_help or args.cfg or args.info or args.shell_completion
-                or args.experimental_rerun)
-    return list(args.overrides), bool(args.multirun), skip
+    args.skip = bool(args.help or args.hydra_help or args.cfg or args.info or args.shell_completion
+                     or args.experimental_rerun)
+    return args
 
 
 def _job_overrides(overrides: list[str], multirun: bool) -> list[list[str]]:
@@ -53,6 +57,8 @@ def _job_overrides(overrides: list[str], multirun: bool) -> list[list[str]]:
     parsed = [o for o in OverridesParser.create().parse_overrides(overrides)
               if not o.is_sweep_override() or o.value_type in expandable]
     jobs = [job for batch in BasicSweeper.split_arguments(parsed, None) for job in batch]
+    every = len(parsed) == len(OverridesParser.create().parse_overrides(overrides))
+    PLANNED["jobs"] = len(jobs or [[]]) if every else None  # None: the sweeper picks the jobs (Optuna)
     return jobs or [[]]
 
 
@@ -62,29 +68,54 @@ def check_job(cfg: DictConfig) -> None:
     check_results_dir(Path(cfg.results_dir))
     if cfg.backend.name == "sim":
         _allocator(cfg, run_spec(cfg))
+        _check_sim_family(cfg)
     else:
         _check_hf(cfg)
     check_activation(cfg)
     workload = _workload(cfg)
     check_dataset(cfg, workload)
     check_servable(cfg, workload.requests)
+    check_priorities(cfg, workload.requests)
 
 
-def check_composed(cfg: DictConfig, base: DictConfig) -> None:
+def check_composed(cfg: DictConfig, base: DictConfig, overrides: list[str] | None = None,
+                   ignored: dict[str, list[str]] | None = None) -> None:
     """One job's checks: every knob keeps the kind of its default in ``base`` (the job's group
-    choices alone, ``kvbench.config.knob_types``), then ``check_job``."""
+    choices alone, ``kvbench.config.knob_types``), then ``check_job``, then settings
+    that contradict each other (``kvbench.config.conflicts``; ``overrides``: the job's command line). A
+    setting the job ignores raises, or with ``ignored`` (a sweep) is noted there by key."""
     check_knob_types(cfg, base)
     check_objective(cfg, required=False)
     check_job(cfg)
+    notes, refusals = check_conflicts(cfg, overrides or [])
+    NOTES.update(dict.fromkeys(notes))
+    if ignored is None and refusals:
+        raise ConfigError(next(iter(refusals.values())))
+    for key, line in refusals.items():  # a sweep: refused if every job ignores it (precheck)
+        ignored.setdefault(key, []).append(line)
+
+
+NOTES: dict[str, None] = {}  # one-line notes of the pre-check (which of two settings wins), in order
+
+
+def _check_sim_family(cfg: DictConfig) -> None:
+    """The cost model times a model family it knows, also when engine.kv_cache_bytes skips the
+    weights' size (which would otherwise find a wrong family first)."""
+    from kvbench.sim.cost_model import FAMILIES  # start-up time: the cost model's tables, sim only
+
+    if cfg.model.get("family") not in FAMILIES:
+        raise ConfigError(f"model.family must be one of {', '.join(FAMILIES)} on backend=sim; "
+                          f"got {cfg.model.get('family')!r}")
 
 
 def _check_hf(cfg: DictConfig) -> None:
     """The hf backend's device, attention path and explicit KV size, before any model is built."""
-    from kvbench.executors.hf import resolve_device  # start-up time: torch and transformers, hf only
+    from kvbench.executors.hf import resolve_device, virtual_clock  # start-up time: torch and transformers, hf only
     from kvbench.hf.model import FAMILIES  # start-up time: as above
 
     if cfg.model.family not in FAMILIES:
         raise ConfigError(f"model.family must be one of {', '.join(FAMILIES)} on backend=hf; got {cfg.model.family!r}")
+    virtual_clock(cfg.model, cfg.engine, cfg.gpu, cfg.get("system"))  # the cost model of engine.clock=virtual
     device = resolve_device(cfg.engine.device)
     if cfg.engine.attention == "triton" and device == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
         raise ConfigError("engine.attention=triton needs a CUDA device (or TRITON_INTERPRET=1 on the CPU); "
@@ -99,25 +130,41 @@ def _check_hf(cfg: DictConfig) -> None:
         _allocator(cfg, run_spec(cfg, kv_bytes=int(kv)))
 
 
-def precheck(argv: list[str]) -> str | None:
-    """Compose and validate every job of the command line; the one-line error, or None."""
+def _app_task() -> None:
+    """Stands for ``kvbench.app.hydra_task`` when the caller names no task function (tests)."""
+
+
+_app_task.__module__ = "kvbench.app"  # Hydra resolves a relative --config-path against the app's module
+
+
+def precheck(argv: list[str], task_function: Callable | None = None) -> str | None:
+    """Compose and validate every job of the command line; the one-line error, or None.
+    ``task_function``: the ``@hydra.main`` function the command line will run (``kvbench.app``'s)."""
+    NOTES.clear()
+    SEARCH_DIRS.clear()
     try:
-        overrides, multirun, skip = _split_argv(argv)
-        if skip:
+        args = _split_argv(argv)
+        if args is None or args.skip:
             return None
+        overrides, multirun = list(args.overrides), bool(args.multirun)
         jobs = _job_overrides(overrides, multirun)
-        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        ignored: dict[str, list[str]] = {}  # a setting -> the line of each job that ignores it
+        with hydra_source(args, overrides, task_function or _app_task) as source:
+            SEARCH_DIRS[:] = source.extra_dirs
             bases: dict[tuple[str, ...], DictConfig] = {}
             for num, job in enumerate(jobs):
                 plain = [o for o in job if not o.lstrip("+~").startswith("hydra")]
-                cfg = compose(config_name="config", overrides=plain)
-                groups = tuple(group_overrides(plain))
+                cfg = source.compose(plain)
+                groups = tuple(group_overrides(plain, source.group_names()))
                 if groups not in bases:
-                    bases[groups] = compose(config_name="config", overrides=list(groups))
-                check_composed(cfg, bases[groups])
+                    bases[groups] = source.compose(list(groups))
+                check_composed(cfg, bases[groups], job, ignored)
                 if num == 0:
-                    check_launch(compose, overrides, job, multirun)
-            _plan_output_dirs(jobs, multirun)
+                    check_launch(source.compose, overrides, job, multirun)
+            for lines in ignored.values():
+                if len(lines) == len(jobs):
+                    raise ConfigError(lines[0])
+            _plan_output_dirs(source, jobs, multirun)
     except _errors() as exc:
         return str(exc).splitlines()[0] if str(exc).strip() else type(exc).__name__
     except (HydraException, ValueError) as exc:
@@ -129,17 +176,41 @@ def precheck(argv: list[str]) -> str | None:
             msg += f"; {lines[1].rstrip(':').lower()}: {', '.join(options)}"
         if cause is not None and str(cause).splitlines():
             msg += ": " + str(cause).splitlines()[0]
-        return msg
+        return msg + _struct_hint(msg) + _extra_hint(msg)
     except Exception as exc:  # a check that broke on a value no class foresaw: still one line
         text = str(exc).strip().splitlines()
         return f"the config could not be checked ({type(exc).__name__}: {text[0] if text else 'no detail'})"
     return None
 
 
+def _struct_hint(message: str) -> str:
+    """Where a key a struct group lacks does exist (Hydra's "Could not override 'engine.x'")."""
+    match = re.match(r"Could not (?:override|append to config)\W+'?([\w.]+)'?", message)
+    if match is None or "not in struct" not in message or match.group(1).startswith("hydra"):
+        return ""
+    return where_key_lives(match.group(1), SEARCH_DIRS)
+
+
+# Hydra plugins that are extras of their own: the config group option -> how to install it
+EXTRAS = {"hydra/launcher/ray": "the Ray launcher is the ray extra: make ray-env (or pip install -e '.[ray]')",
+          "hydra/sweeper/optuna": "the Optuna sweeper is in the dev extra: pip install hydra-optuna-sweeper",
+          "hydra/launcher/joblib": "the joblib launcher: pip install hydra-joblib-launcher",
+          "hydra/launcher/submitit_local": "the submitit launchers: pip install hydra-submitit-launcher",
+          "hydra/launcher/submitit_slurm": "the submitit launchers: pip install hydra-submitit-launcher"}
+
+
+def _extra_hint(message: str) -> str:
+    """How to install a launcher or sweeper plugin that Hydra could not find."""
+    return next((f"; {hint}" for option, hint in EXTRAS.items() if f"Could not find '{option}'" in message), "")
+
+
+SEARCH_DIRS: list[Path] = []  # the user's config folders of the current pre-check (config.source)
+
+
 _OUTPUT_KEYS = ("hydra.run.dir", "hydra.sweep.dir", "hydra.sweep.subdir")
 
 
-def _plan_output_dirs(jobs: list[list[str]], multirun: bool) -> None:
+def _plan_output_dirs(source, jobs: list[list[str]], multirun: bool) -> None:
     """Check every job's run (or sweep) dir before Hydra writes anything; note the folder that
     cleanup must never remove (``KVBENCH_KEEP_DIR``, the deepest one that exists now)."""
     seen: dict[tuple[str, ...], Path] = {}
@@ -147,9 +218,8 @@ def _plan_output_dirs(jobs: list[list[str]], multirun: bool) -> None:
         path_keys = tuple(o for o in job if o.lstrip("+~").split("=", 1)[0] in
                           (*_OUTPUT_KEYS, "results_dir", "experiment_name", "experiment"))
         if path_keys not in seen:
-            cfg = compose(config_name="config", overrides=[o for o in job if not o.startswith("hydra")
-                                                           or o.split("=", 1)[0] in _OUTPUT_KEYS],
-                          return_hydra_config=True)
+            cfg = source.compose([o for o in job if not o.startswith("hydra") or o.split("=", 1)[0] in _OUTPUT_KEYS],
+                                 return_hydra_config=True)
             seen[path_keys] = check_output_dirs(cfg, multirun)
     PLANNED.update(dirs=list(seen.values()), multirun=multirun)
     os.environ[KEEP_ENV] = str(keep_dir_for(PLANNED["dirs"][0]))

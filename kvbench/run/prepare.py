@@ -10,7 +10,9 @@ from allocators import AllocatorError, build as build_allocator
 from kvbench.config.errors import ConfigError
 from kvbench.config.compose import validate
 from kvbench.config.spec import RunSpec, pool_slots, scheduler_limits
+from kvbench.engine.policy_checks import check_priorities
 from kvbench.geometry import KVGeometry
+from kvbench.sim.offload import build_tiers
 from kvbench.peers import PEERS, build_peer
 from kvbench.workloads import WorkloadError, build_workload
 
@@ -32,6 +34,7 @@ class Prepared:
     executor: object
     device: str
     gpu_profile: str | None
+    tiers: object = None  # allocators.tiers.TierStack when offload is on
 
 
 def _kv_bytes(cfg: DictConfig, geometry: KVGeometry) -> tuple[int, str, str | None]:
@@ -104,7 +107,12 @@ def prepare(cfg: DictConfig) -> Prepared:
     spec = run_spec(cfg)
     allocator = _allocator(cfg, spec)
     gpu_profile = spec.gpu_profile
+    tiers = build_tiers(cfg, spec.geometry.bytes_per_slot, spec.kv_bytes, allocator.block_size,
+                        bool(cfg.engine.debug))
+    if tiers is not None:
+        allocator.attach_tiers(tiers)
     workload = _workload(cfg)
+    check_priorities(cfg, workload.requests)
     if cfg.backend.name == "sim":
         from kvbench.executors.sim import SimExecutor  # start-up time: sim only
 
@@ -118,7 +126,7 @@ def prepare(cfg: DictConfig) -> Prepared:
         if executor.cost is not None:
             gpu_profile = str(cfg.gpu.name)  # the profile that times the steps
     return Prepared(spec, spec.geometry, spec.kv_bytes, spec.num_slots, allocator, workload, executor,
-                    spec.device, gpu_profile)
+                    spec.device, gpu_profile, tiers)
 
 
 _WORKLOADS: dict[str, object] = {}  # built by the pre-check, reused by the run in the same process

@@ -11,6 +11,10 @@ removes it or anything above it. ``discard`` removes only the files kvbench and 
 (``OUTPUTS``), then each folder below the keep dir that is left empty; a file it does not know
 stays, and so does its folder. A finished run (``summary.json``) is never touched.
 
+A single run claims its dir before Hydra starts (``claim_run_dir``: ``.running`` created
+exclusively and locked at once, its record written), so two processes given the same
+``hydra.run.dir`` at once cannot share it, and ``--clean`` never takes a claimed dir for dead.
+
 ``.running`` holds a JSON record (run id, pid, host, whether the process made the run dir) under
 an exclusive ``flock`` for the life of the run; ``is_dead_run`` is true only for a record that
 kvbench wrote whose lock is free, which is what ``kvbench-results --clean`` needs to remove a dir.
@@ -192,12 +196,54 @@ def discard_sweep(sweep_dir: Path) -> str:
         f"no run had finished; files kvbench did not write stay in {sweep_dir}"
 
 
+# ----------------------------------------------------------------------------- the claim
+
+
+def claim_run_dir(run_dir: Path) -> None:
+    """Make a single run's dir ours before Hydra writes into it: create it (and its parents) and
+    then ``.running`` exclusively, so that of two processes given the same ``hydra.run.dir`` at
+    once exactly one goes on; the other gets a ConfigError and has written nothing in it."""
+    try:
+        run_dir.parent.mkdir(parents=True, exist_ok=True)
+        run_dir.mkdir()
+    except FileExistsError:
+        pass  # an empty folder the pre-check accepted, or one the other process just made
+    except OSError as exc:
+        raise ConfigError(f"hydra.run.dir: cannot create {run_dir} ({exc.strerror})") from None
+    try:
+        fd = os.open(run_dir / RUNNING_FILE, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        raise ConfigError(f"hydra.run.dir: {run_dir} is taken by another kvbench run that started at the same "
+                          "time; give each run its own directory") from None
+    except OSError as exc:
+        discard(run_dir)
+        raise ConfigError(f"hydra.run.dir: cannot create {run_dir} ({exc.strerror})") from None
+    handle = open(fd, "a+")
+    try:
+        _CLAIMED[run_dir.resolve()] = _lock_and_record(handle, run_dir, "")
+    except OSError as exc:  # a full disk: the claim goes, with the folders it made
+        try:
+            handle.close()
+        except OSError:
+            pass
+        discard(run_dir)
+        raise ConfigError(f"hydra.run.dir: cannot write in {run_dir} ({exc.strerror})") from None
+
+
+_CLAIMED: dict[Path, object] = {}  # run dir -> its locked ``.running``, from the claim to the run
+
+
 # ----------------------------------------------------------------------------- the live-run lock
 
 
 def hold_run_lock(run_dir: Path, run_id: str):
-    """Lock ``<run_dir>/.running`` for the life of the process and write kvbench's record into it."""
-    handle = open(run_dir / RUNNING_FILE, "a+")
+    """Lock ``<run_dir>/.running`` for the life of the process and write kvbench's record into it
+    (the claim's handle, already locked, when this process claimed the dir)."""
+    handle = _CLAIMED.pop(Path(run_dir).resolve(), None) or open(run_dir / RUNNING_FILE, "a+")
+    return _lock_and_record(handle, run_dir, run_id)
+
+
+def _lock_and_record(handle, run_dir: Path, run_id: str):
     fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
     record = {"kvbench_run": run_id, "pid": os.getpid(), "host": socket.gethostname(),
               "made_dir": made_by_this_process(run_dir)}

@@ -1,9 +1,17 @@
 """SIGINT and SIGTERM, wherever they arrive: one line on stderr, a non-zero exit, nothing half-written.
 
 - During start-up (the imports before ``main`` runs) nothing has been written yet: the early
-  handlers print one line and exit at once (130 for SIGINT, 143 for SIGTERM).
+  handlers, installed by ``kvbench/__init__`` as the package's first import, print one line and
+  exit at once (130 for SIGINT, 143 for SIGTERM). Before that, Python's own start-up (``site``
+  and the ``.pth`` files of the environment, 40 ms on an idle machine, several hundred on a busy
+  one) runs no project code: a signal there is Python's (a SIGTERM kills the process, a SIGINT
+  ends in "Fatal Python error: init_import_site"), and nothing of kvbench's has been written.
 - From ``main`` on, SIGTERM raises ``Terminated`` (SIGINT raises KeyboardInterrupt), so the run,
   or the multirun parent, cleans up on the way out; ``held`` defers both while a run completes.
+- Every signal is also noted (``received``), so that one that a library swallowed or turned into
+  another error (an ``except`` or ``finally`` that broke while it unwound, a ``__del__`` whose
+  exception Python only prints) still ends the process with its own code and one line
+  (``kvbench.app.main`` asks ``received`` after the pre-check, after Hydra and at exit).
 - A launcher worker (a joblib process) raises ``Terminated`` too, and watches its parent: when the
   parent dies (kill -9) the worker signals itself and cleans up like any interrupted run.
   ``stop_children`` is the parent's side: SIGTERM to its workers, SIGKILL to those that linger.
@@ -12,7 +20,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import sys
 import threading
 import time
@@ -45,15 +52,66 @@ def install_startup_handlers() -> None:
         signal.signal(sig, _exit_during_startup)
 
 
-def _raise_terminated(signum, frame) -> None:
-    raise Terminated()
+_RECEIVED: list[int] = []  # every SIGINT/SIGTERM this process got since install_run_handlers
+
+
+def mark() -> int:
+    """A point in time for ``received(since=...)``."""
+    return len(_RECEIVED)
+
+
+def received(since: int = 0) -> int | None:
+    """The first SIGINT or SIGTERM this process got (after the ``mark`` ``since``), None if none."""
+    return _RECEIVED[since] if len(_RECEIVED) > since else None
+
+
+def as_exception(signum: int) -> BaseException:
+    """The exception a signal raises: Terminated for SIGTERM, KeyboardInterrupt for SIGINT."""
+    return Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
+
+
+def _note_and_raise(signum, frame) -> None:
+    _RECEIVED.append(signum)
+    raise as_exception(signum)
+
+
+def _note(signum, frame) -> None:
+    _RECEIVED.append(signum)
+
+
+class _QuietUnraisable:
+    """A signal's exception raised where Python can only print it (a ``__del__``, a weakref
+    callback): noted already, so print nothing; anything else goes to the hook before."""
+
+    def __init__(self, before) -> None:
+        self.before = before
+
+    def __call__(self, unraisable) -> None:
+        if not isinstance(unraisable.exc_value, (KeyboardInterrupt, Terminated)):
+            self.before(unraisable)
 
 
 def install_run_handlers() -> None:
-    """SIGTERM raises Terminated, SIGINT KeyboardInterrupt (main thread only)."""
+    """SIGTERM raises Terminated, SIGINT KeyboardInterrupt, each noted first (main thread only);
+    forgets the signals noted before (a new run, or a worker's next job)."""
     if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, _raise_terminated)
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+        _RECEIVED.clear()
+        if not isinstance(sys.unraisablehook, _QuietUnraisable):
+            sys.unraisablehook = _QuietUnraisable(sys.unraisablehook)
+        for sig in EXIT_CODES:
+            signal.signal(sig, _note_and_raise)
+
+
+def is_command() -> bool:
+    """Whether this process is the ``kvbench`` command (not a test or a script calling ``main``)."""
+    return sys.argv[0].endswith(("/kvbench", "kvbench/app.py")) or "kvbench.app" in sys.orig_argv[1:3]
+
+
+def note_only() -> None:
+    """From here on a signal is only noted (the process is ending; ``received`` tells it)."""
+    if threading.current_thread() is threading.main_thread():
+        for sig in EXIT_CODES:
+            signal.signal(sig, _note)
 
 
 @contextmanager
@@ -74,8 +132,12 @@ def held():
         return
     pending: list[int] = []
     old = {sig: signal.getsignal(sig) for sig in EXIT_CODES}
+    def hold(signum, frame) -> None:
+        _RECEIVED.append(signum)
+        pending.append(signum)
+
     for sig in EXIT_CODES:
-        signal.signal(sig, lambda signum, frame: pending.append(signum))
+        signal.signal(sig, hold)
     try:
         yield
     finally:
@@ -97,6 +159,8 @@ _WATCHED: dict[str, int] = {}  # the parent a worker watches
 
 def mark_main_process() -> None:
     """Name this process as the kvbench process, for the workers its launcher starts."""
+    import socket
+
     os.environ[MAIN_PID_ENV] = str(os.getpid())
     os.environ[MAIN_HOST_ENV] = socket.gethostname()
 
@@ -104,6 +168,8 @@ def mark_main_process() -> None:
 def _expected_parent() -> int:
     """The kvbench process when this worker is its child on the same host (it may be gone
     already: the worker then stops at once), else whatever parent the worker has now."""
+    import socket
+
     main_pid = os.environ.get(MAIN_PID_ENV, "")
     same_host = os.environ.get(MAIN_HOST_ENV) == socket.gethostname()
     if same_host and main_pid.isdigit() and (os.getppid() == int(main_pid) or os.getppid() == 1):

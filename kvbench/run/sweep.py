@@ -14,6 +14,8 @@ import json
 import logging
 import math
 import os
+import sys
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -90,8 +92,13 @@ def job_record(config: DictConfig, job_return: Any) -> dict:
             error = str(value.error).splitlines()[0]
         else:
             error = "failed (no finished run)" if not finished else "failed"
+    started = _JOB_STARTS.pop(int(config.hydra.job.num), None)
     return {"num": int(config.hydra.job.num), "pid": os.getpid(), "overrides": list(job_return.overrides or []),
-            "run_dir": str(run_dir.resolve()), "finished": finished and error is None, "error": error}
+            "run_dir": str(run_dir.resolve()), "finished": finished and error is None, "error": error,
+            "wall_s": time.time() - started if started is not None else None}
+
+
+_JOB_STARTS: dict[int, float] = {}  # job num -> when it started, in the job's own process
 
 
 def write_job_record(sweep_dir: Path, record: Mapping[str, object]) -> None:
@@ -148,11 +155,34 @@ def sweep_rows(records: Sequence[Mapping], runs, index_path: Path, keys: Sequenc
     return sorted(rows, key=lambda r: [_sort_key(r.get(k)) for k in keys])
 
 
+def unswept_settings(rows: Sequence[Mapping], keys: Sequence[str]) -> list[str]:
+    """Settings that differ between finished jobs with the same swept values (a job rerun with
+    another knob into the same sweep dir): shown as columns so no two rows look alike while they
+    are not (``kvbench.results.grouping``); nothing is averaged."""
+    import pandas as pd
+
+    from kvbench.results.grouping import settings_that_vary, split
+
+    done = pd.DataFrame([r for r in rows if r.get("status") == "ok"])
+    if done.empty:
+        return []
+    found: dict[str, None] = {}
+    for part in split(done, [k for k in keys if k in done.columns]):
+        found.update((c, None) for c in settings_that_vary(part, ignore=[*keys, "status", "error"]))
+    return [c for c in found if c not in keys]
+
+
+def table_columns(rows: Sequence[Mapping], keys: Sequence[str]) -> list[str]:
+    """The sweep table's columns: swept keys, any setting that tells alike-looking rows apart,
+    the status and the compared metrics."""
+    return [*keys, *unswept_settings(rows, keys), "status", *METRIC_COLUMNS]
+
+
 def format_sweep_table(rows: Sequence[Mapping], keys: Sequence[str], metric: str | None = None) -> str:
     """The swept keys, status, the compared metrics (and the sweeper's metric); ``-`` where none."""
     import pandas as pd  # start-up time: pandas, at the sweep's end only
 
-    columns = [*keys, "status", *METRIC_COLUMNS]
+    columns = table_columns(rows, keys)
     if metric and metric not in columns:
         columns.append(metric)
     if any(r.get("status") == "failed" for r in rows):
@@ -162,15 +192,34 @@ def format_sweep_table(rows: Sequence[Mapping], keys: Sequence[str], metric: str
 
 
 class ComparisonTable(Callback):
-    """Records each job's outcome, then prints the comparison table of a multirun's jobs."""
+    """Records each job's outcome (and, at a terminal, prints its progress line), then prints
+    the comparison table of a multirun's jobs."""
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        from kvbench.run.progress import count_jobs, note_multirun_start
+
+        task = list(config.hydra.overrides.get("task") or [])
+        parallel = OmegaConf.select(config, "hydra.launcher.n_jobs")
+        try:
+            note_multirun_start(Path(str(config.hydra.sweep.dir)) / JOBS_DIR,
+                                count_jobs(task, OmegaConf.select(config, "hydra.sweeper")),
+                                int(parallel) if isinstance(parallel, int) and parallel > 0 else 1)
+        except OSError as exc:  # progress lines then go without a total; the sweep goes on
+            log.warning("could not note the multirun's start: %s", exc)
+
+    def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
+        _JOB_STARTS[int(config.hydra.job.num)] = time.time()
 
     def on_job_end(self, config: DictConfig, job_return: Any, **kwargs: Any) -> None:
         if config.hydra.mode != RunMode.MULTIRUN:
             return
+        sweep_dir = Path(str(config.hydra.sweep.dir))
+        record = job_record(config, job_return)
         try:
-            write_job_record(Path(str(config.hydra.sweep.dir)), job_record(config, job_return))
+            write_job_record(sweep_dir, record)
         except OSError as exc:  # the table then falls back on the index; the job's result stands
             log.warning("could not record job %s for the sweep table: %s", config.hydra.job.num, exc)
+        _print_progress(config, sweep_dir, record)
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         import pandas as pd  # start-up time: pandas, at the sweep's end only
@@ -192,10 +241,20 @@ class ComparisonTable(Callback):
         _log_sweep_table(config, rows, keys)
 
 
+def _print_progress(config: DictConfig, sweep_dir: Path, record: Mapping[str, object]) -> None:
+    """``job 3 of 12 done ...`` on stderr, straight (never into a log), at a terminal only."""
+    from kvbench.run.progress import job_line, read_start, wanted
+
+    if not wanted(OmegaConf.select(config, "progress", default=True)):
+        return
+    print(job_line(read_job_records(sweep_dir), read_start(sweep_dir / JOBS_DIR), dict(record)),
+          file=sys.stderr, flush=True)
+
+
 def _log_sweep_table(config: DictConfig, rows: Sequence[Mapping], keys: Sequence[str]) -> None:
     """One W&B table of the whole sweep (logger=wandb only)."""
     if str(OmegaConf.select(config, "logger.name") or "none") != "wandb":
         return
     from kvbench.loggers.sweep_table import log_sweep_table  # optional dependency: wandb, for logger=wandb
 
-    log_sweep_table(config, rows, [*keys, "status", *METRIC_COLUMNS])
+    log_sweep_table(config, rows, table_columns(rows, keys))

@@ -33,6 +33,7 @@ from . import (alpaca, arxiv, azure, chat_history, mooncake, multiturn, sharegpt
                synthetic, system_prompts)
 from .common import (COMMON_DEFAULTS, CommonKnobs, Knobs, ModelLimits, PromptSet, Workload, WorkloadError,
                      arrival_times, length_stats)
+from .priorities import draw_classes, parse_shares
 from .tokenizer import SMOLLM2, load_tokenizer
 
 __all__ = ["COMMON_DEFAULTS", "REPLAY_COMMON_DEFAULTS", "SMOLLM2", "WORKLOADS", "Workload", "WorkloadError",
@@ -133,6 +134,7 @@ def build_workload(cfg: Any, *, vocab_size: int, max_model_len: int, tokenizer_n
     if not isinstance(name, str) or _key(name) not in WORKLOADS:
         raise WorkloadError(f"workload.name: unknown workload {name!r}; allowed: {allowed_names}")
     spec = WORKLOADS[_key(name)]
+    shares = parse_shares(values.pop("priority_shares", None))
     known = {**(REPLAY_COMMON_DEFAULTS if spec.replays_trace else COMMON_DEFAULTS), **spec.defaults}
     unknown = sorted(set(values) - set(known))
     if unknown:
@@ -149,14 +151,19 @@ def build_workload(cfg: Any, *, vocab_size: int, max_model_len: int, tokenizer_n
         arrivals = arrival_times(common)
         prompts = spec.build(knobs, common, len(arrivals), limits)
     follow_ups = prompts.follow_ups or [None] * len(prompts.prompts)
-    rows = list(zip(prompts.prompts, prompts.output_lens, arrivals, follow_ups))
+    priorities = prompts.priorities or [None] * len(prompts.prompts)
+    rows = list(zip(prompts.prompts, prompts.output_lens, arrivals, follow_ups, priorities))
     if prompts.arrivals is not None:  # the builder timed its own requests: order them by arrival
-        rows = sorted(zip(prompts.prompts, prompts.output_lens, prompts.arrivals, follow_ups), key=lambda row: row[2])
+        rows = sorted(zip(prompts.prompts, prompts.output_lens, prompts.arrivals, follow_ups, priorities),
+                      key=lambda row: row[2])
         arrivals = [row[2] for row in rows]
+    if shares is not None:  # drawn in arrival order, on a stream of their own (kvbench.workloads.priorities)
+        drawn = draw_classes(shares, len(rows), common.seed)
+        rows = [(*row[:4], k) for row, k in zip(rows, drawn)]
     requests = [
         Request(request_id=i, prompt_ids=prompt, output_len=int(output_len), arrival_s=float(arrival),
-                n=common.n, beam_width=common.beam_width, follow_up=follow)
-        for i, (prompt, output_len, arrival, follow) in enumerate(rows)
+                n=common.n, beam_width=common.beam_width, follow_up=follow, priority=priority)
+        for i, (prompt, output_len, arrival, follow, priority) in enumerate(rows)
     ]
     next_id = len(requests)  # follow-up turns are numbered after every first turn
     for request in requests:
@@ -177,6 +184,7 @@ def build_workload(cfg: Any, *, vocab_size: int, max_model_len: int, tokenizer_n
         **length_stats(prompts.prompts, prompts.output_lens),
         **prompts.meta,
         "knobs": knobs.values,
+        **({"priority_shares": shares} if shares is not None else {}),
     }
     rate = prompts.meta["request_rate"] if spec.replays_trace else common.request_rate
     return Workload(name=prompts.name, requests=requests, request_rate=rate, meta=_json_safe(meta))

@@ -20,11 +20,12 @@ from typing import Any
 import numpy as np
 
 from .common import CommonKnobs, Knobs, ModelLimits, PromptSet, WorkloadError, clip_to_context, random_prompts, rng_for
+from .priorities import priority_column
 from .traces import REPLAY_DEFAULTS, Window, check_lengths, open_trace_text, read_csv_columns, replay_meta
 
 COLUMNS = ("arrived_at", "num_prefill_tokens", "num_decode_tokens")
 OVERLONG = ("refuse", "clip")
-DEFAULTS: dict[str, Any] = {**REPLAY_DEFAULTS, "overlong": "refuse"}
+DEFAULTS: dict[str, Any] = {**REPLAY_DEFAULTS, "overlong": "refuse", "priority_field": None}
 SHIPPED = {"azure_conv": "azure_conv_2023.csv.gz", "azure_code": "azure_code_2023.csv.gz"}
 
 
@@ -50,18 +51,27 @@ def make_builder(config_name: str) -> Callable[[Knobs, CommonKnobs, int | None, 
         window = Window.parse(knobs)
         policy = knobs.get_choice("overlong", OVERLONG)
         text, name = open_trace_text(knobs.get_str("path", optional=True), SHIPPED[config_name])
-        table = read_csv_columns(text, name, COLUMNS)
+        field = knobs.get_str("priority_field", optional=True)
+        if field:
+            header = text.split("\n", 1)[0].strip().split(",")
+            if field not in header:
+                raise WorkloadError(f"workload.priority_field: {name} has no column {field!r} "
+                                    f"(columns: {', '.join(header)[:120]})")
+        table = read_csv_columns(text, name, COLUMNS + ((field,) if field else ()))
         times = table["arrived_at"]
         picked, arrivals, scale = window.select(times, name)
+        check_lengths(name, table["num_prefill_tokens"][picked], table["num_decode_tokens"][picked], records=picked)
         prompt_lens = table["num_prefill_tokens"][picked].astype(np.int64)
         output_lens = table["num_decode_tokens"][picked].astype(np.int64)
-        check_lengths(name, table["num_prefill_tokens"][picked], table["num_decode_tokens"][picked])
         keep, prompt_lens, output_lens, fit = fit_to_context(config_name, policy, prompt_lens, output_lens,
                                                              limits.max_model_len)
+        arrivals, scale = window.rescale(arrivals, scale, keep)
         prompts = random_prompts(rng_for(common.seed, "prompt_ids"), prompt_lens, limits.vocab_size)
         meta = {**replay_meta(name, f"trace:{SHIPPED[config_name]}", window, scale, arrivals[keep],
                               times[picked], int(times.size)),
                 **fit, "length_tokenizer": "the trace's own (unknown)", "prompt_ids": "synthetic (random)"}
-        return PromptSet(config_name, prompts, output_lens.tolist(), meta, arrivals=arrivals[keep].tolist())
+        priorities = priority_column(table[field][picked][keep], field, name) if field else None
+        return PromptSet(config_name, prompts, output_lens.tolist(), meta, arrivals=arrivals[keep].tolist(),
+                         priorities=priorities)
 
     return build

@@ -51,6 +51,7 @@ class PromptSet:
     meta: dict[str, Any]
     arrivals: list[float] | None = None  # the builder's own arrival times (multiturn); None = the common process
     follow_ups: list | None = None  # per prompt, its conversation's next turns (kvbench.requests.FollowUp chain)
+    priorities: list[int] | None = None  # per prompt, its priority read from the data (a trace column)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -33,7 +33,8 @@ import numpy as np
 
 from .azure import OVERLONG, fit_to_context
 from .common import CommonKnobs, Knobs, ModelLimits, PromptSet, WorkloadError, rng_for
-from .traces import REPLAY_DEFAULTS, Window, check_lengths, open_trace_text, read_jsonl, replay_meta
+from .traces import (REPLAY_DEFAULTS, Window, check_lengths, open_trace_text, read_jsonl, record_numbers,
+                     replay_meta)
 
 TRACE_BLOCK = 512  # tokens per hash id in the Mooncake traces
 KEYS = ("timestamp", "input_length", "output_length", "hash_ids")
@@ -45,7 +46,7 @@ SHIPPED = {"mooncake_conversation": "mooncake_conversation.jsonl.gz",
 def check_hashes(name: str, records: list[dict[str, Any]]) -> None:
     for i, rec in enumerate(records):
         ids, length = rec["hash_ids"], rec["input_length"]
-        if (not isinstance(ids, list) or not isinstance(length, int) or length < 1
+        if (not isinstance(ids, list) or not isinstance(length, int) or isinstance(length, bool) or length < 1
                 or len(ids) != -(-length // TRACE_BLOCK) or not all(isinstance(h, int) for h in ids)):
             raise WorkloadError(f"{name}: record {i} has {len(ids) if isinstance(ids, list) else ids!r} hash ids for "
                                 f"input_length {length!r}; expected one integer per {TRACE_BLOCK}-token block")
@@ -105,13 +106,15 @@ def make_builder(config_name: str) -> Callable[[Knobs, CommonKnobs, int | None, 
         text, name = open_trace_text(knobs.get_str("path", optional=True), SHIPPED[config_name])
         records = read_jsonl(text, name, KEYS)
         check_hashes(name, records)
-        times = np.array([rec["timestamp"] for rec in records], dtype=np.float64) / 1000.0
+        times = record_numbers(name, records, "timestamp") / 1000.0
         picked, arrivals, scale = window.select(times, name)
-        prompt_raw = np.array([records[i]["input_length"] for i in picked], dtype=np.float64)
-        output_raw = np.array([records[i]["output_length"] for i in picked], dtype=np.float64)
-        check_lengths(name, prompt_raw, output_raw)
+        chosen = [records[i] for i in picked]
+        prompt_raw = record_numbers(name, chosen, "input_length")
+        output_raw = record_numbers(name, chosen, "output_length")
+        check_lengths(name, prompt_raw, output_raw, records=picked)
         keep, prompt_lens, output_lens, fit = fit_to_context(config_name, policy, prompt_raw.astype(np.int64),
                                                              output_raw.astype(np.int64), limits.max_model_len)
+        arrivals, scale = window.rescale(arrivals, scale, keep)
         hashes = [records[picked[k]]["hash_ids"] for k in keep]
         tokens = BlockTokens(common.seed, limits.vocab_size)
         prompts = [tokens.prompt(ids, int(length)) for ids, length in zip(hashes, prompt_lens)]

@@ -13,7 +13,8 @@ first ones). Replayed arrivals are ``(t - t_first) * time_scale`` where ``t_firs
 first kept request's time, so the stream starts at 0 as every workload does; ``time_scale``
 < 1 compresses time (a higher rate), > 1 stretches it, and the burst shape (every gap relative
 to the mean gap) is unchanged. ``target_rate`` (requests/s) instead picks the time scale that
-gives the window that mean rate: ``time_scale = (N - 1) / span / target_rate``.
+gives the window that mean rate: ``time_scale = (N - 1) / span / target_rate``, over the
+requests that are replayed (those the overlong policy drops do not count).
 """
 from __future__ import annotations
 
@@ -120,13 +121,33 @@ def read_jsonl(text: str, name: str, keys: tuple[str, ...]) -> list[dict[str, An
     return records
 
 
-def check_lengths(name: str, prompt_lens: np.ndarray, output_lens: np.ndarray) -> None:
-    bad = np.flatnonzero((prompt_lens < 1) | (output_lens < 1) | (prompt_lens != np.rint(prompt_lens))
-                         | (output_lens != np.rint(output_lens)))
+MAX_TRACE_TOKENS = 2**31 - 1  # no logged request is longer; past it a length is corrupt, not overlong
+
+
+def record_numbers(name: str, records: list[dict[str, Any]], key: str) -> np.ndarray:
+    """One JSON key of every record as floats; a null, a string, a boolean or a non-finite value
+    is refused in one line naming the record (never read as NaN and dropped by the window)."""
+    values = np.empty(len(records), dtype=np.float64)
+    for i, record in enumerate(records):
+        value = record[key]
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise WorkloadError(f"{name}: record {i} has {key} {json.dumps(value)}; every record needs a finite number")
+        values[i] = value
+    return values
+
+
+def check_lengths(name: str, prompt_lens: np.ndarray, output_lens: np.ndarray,
+                  records: np.ndarray | None = None) -> None:
+    """Token counts must be whole numbers in 1..MAX_TRACE_TOKENS; ``records`` maps positions to
+    the records named in the message."""
+    bad = np.flatnonzero(~((prompt_lens >= 1) & (output_lens >= 1) & (prompt_lens <= MAX_TRACE_TOKENS)
+                           & (output_lens <= MAX_TRACE_TOKENS) & (prompt_lens == np.rint(prompt_lens))
+                           & (output_lens == np.rint(output_lens))))
     if bad.size:
         i = int(bad[0])
-        raise WorkloadError(f"{name}: request {i} has prompt {prompt_lens[i]:g} and output {output_lens[i]:g} "
-                            "tokens; both must be whole numbers >= 1")
+        where = f"record {int(records[i])}" if records is not None else f"request {i}"
+        raise WorkloadError(f"{name}: {where} has prompt {prompt_lens[i]:g} and output {output_lens[i]:g} "
+                            f"tokens; both must be whole numbers from 1 to {MAX_TRACE_TOKENS:,}")
 
 
 @dataclass(frozen=True)
@@ -152,7 +173,10 @@ class Window:
                    time_scale=time_scale, target_rate=target)
 
     def select(self, times_s: np.ndarray, name: str) -> tuple[np.ndarray, np.ndarray, float]:
-        """(indices of the kept requests, their replayed arrivals, the time scale used)."""
+        """(indices of the kept requests, their replayed arrivals, the time scale used).
+
+        With ``target_rate`` the scale makes exactly these requests arrive at that mean rate;
+        a builder that then drops some (overlong) calls ``rescale`` on the ones it keeps."""
         if times_s.size and np.any(np.diff(times_s) < 0):
             raise WorkloadError(f"{name}: arrival times go backwards; not a trace in arrival order")
         first, last = float(times_s[0]), float(times_s[-1])
@@ -171,6 +195,17 @@ class Window:
                                     "no rate to scale")
             scale = (keep.size - 1) / float(t[-1]) / self.target_rate
         return keep, t * scale, scale
+
+    def rescale(self, arrivals: np.ndarray, scale: float, kept: np.ndarray) -> tuple[np.ndarray, float]:
+        """The arrivals and scale for the ``kept`` positions of ``arrivals`` alone: unchanged
+        without a target rate; with one, scaled again so that the kept requests arrive at it."""
+        if self.target_rate is None or kept.size == arrivals.size:
+            return arrivals, scale
+        if kept.size < 2 or arrivals[kept[-1]] <= arrivals[kept[0]]:
+            raise WorkloadError(f"workload.target_rate: {kept.size} request(s) of the window fit the model, "
+                                "at one instant; no rate to scale")
+        factor = (kept.size - 1) / float(arrivals[kept[-1]] - arrivals[kept[0]]) / self.target_rate
+        return arrivals * factor, scale * factor
 
 
 def interarrival_cv(arrivals: np.ndarray | list[float]) -> float | None:

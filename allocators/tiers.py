@@ -1,0 +1,173 @@
+"""The books of the KV tiers behind the GPU: host memory, then disk (no K/V, only keys and bytes).
+
+A tier stores chunks of ``chunk_blocks`` consecutive GPU blocks of one hashed prefix; a chunk is
+known by the chained hash of its LAST GPU block, which names the whole prefix up to it. Each
+tier keeps ``key -> bytes`` for the chunks it holds, at most once each, within
+``capacity_bytes``; its own ``CachePolicy`` (``allocators.cache_policy``) picks the victim when
+a store needs room. Tiers are inclusive: loading a chunk to the GPU keeps the tier's copy.
+
+Writes (``write``):
+  * ``through``: every chunk the GPU computes is stored at once in the host tier and, when
+    there is one, the disk tier;
+  * ``back``: a chunk is stored in the host tier when the GPU evicts it, and in the disk tier
+    when the host evicts it.
+A chunk larger than a tier is never stored there. Stores are asynchronous in the engines
+(vLLM's offloading connector, SGLang's HiCache): their bytes are counted, not timed.
+
+Counters (``TierStats``): tokens served per tier, bytes moved per direction, transfers;
+``take_loads()`` drains the loads since the last call (the engine times them per step).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from allocators.cache_policy import CachePolicy, make_policy
+
+WRITE_MODES = ("through", "back")
+LOAD_MODES = ("blocking", "overlap")
+
+
+@dataclass(slots=True)
+class Tier:
+    """One tier's books: which chunk keys it holds, their bytes, and its eviction order."""
+
+    name: str
+    capacity_bytes: int
+    chunk_bytes: int
+    policy: CachePolicy
+    held: dict[int, int] = field(default_factory=dict)  # chunk key -> bytes
+    used_bytes: int = 0
+    evictions: int = 0
+
+    def __contains__(self, key: int) -> bool:
+        return key in self.held
+
+    def store(self, key: int, now: int) -> list[int]:
+        """Hold ``key`` (a hit if it is held already); returns the keys evicted to make room."""
+        if key in self.held:
+            self.policy.access(key, now)
+            return []
+        if self.chunk_bytes > self.capacity_bytes:
+            return []
+        evicted = []
+        while self.used_bytes + self.chunk_bytes > self.capacity_bytes:
+            victim = self.policy.evict()
+            self.used_bytes -= self.held.pop(victim)
+            self.evictions += 1
+            evicted.append(victim)
+        self.held[key] = self.chunk_bytes
+        self.used_bytes += self.chunk_bytes
+        self.policy.add(key, now)
+        return evicted
+
+    def check_invariants(self) -> None:
+        assert self.used_bytes == sum(self.held.values()), f"{self.name}: bytes held do not add up"
+        assert 0 <= self.used_bytes <= self.capacity_bytes, f"{self.name}: {self.used_bytes} bytes held, capacity {self.capacity_bytes}"
+        assert len(self.policy) == len(self.held) and set(self.policy.order()) == set(self.held), \
+            f"{self.name}: the policy and the books disagree"
+
+
+@dataclass(slots=True)
+class Loads:
+    """Loads into the GPU since the last drain: bytes and transfers (one per chunk read) per tier."""
+
+    host_bytes: int = 0
+    host_transfers: int = 0
+    disk_bytes: int = 0
+    disk_transfers: int = 0
+
+    def __bool__(self) -> bool:
+        return bool(self.host_bytes or self.disk_bytes)
+
+
+class TierStack:
+    """Host tier and optional disk tier behind a GPU prefix cache of ``gpu_block_tokens`` blocks."""
+
+    def __init__(self, *, slot_bytes: int, gpu_block_tokens: int, block_tokens: int, host_bytes: int,
+                 disk_bytes: int = 0, host_policy: str = "lru", disk_policy: str = "lru",
+                 write: str = "through", debug: bool = False) -> None:
+        if block_tokens % gpu_block_tokens:
+            raise ValueError(f"block_tokens={block_tokens} is not a multiple of the GPU block ({gpu_block_tokens})")
+        if write not in WRITE_MODES:
+            raise ValueError(f"write must be one of {', '.join(WRITE_MODES)}, got {write!r}")
+        self.chunk_blocks = block_tokens // gpu_block_tokens
+        self.chunk_tokens = block_tokens
+        self.block_bytes = slot_bytes * gpu_block_tokens
+        chunk_bytes = slot_bytes * block_tokens
+        self.write = write
+        self.debug = debug
+        self.host = Tier("host", host_bytes, chunk_bytes, make_policy(host_policy, max(1, host_bytes // chunk_bytes), monotone=True))
+        self.disk = (Tier("disk", disk_bytes, chunk_bytes, make_policy(disk_policy, max(1, disk_bytes // chunk_bytes), monotone=True))
+                     if disk_bytes else None)
+        self.clock = 0
+        self.loads = Loads()
+        self.hit_tokens = {"host": 0, "disk": 0}
+        self.bytes_moved = {"gpu_to_host": 0, "host_to_gpu": 0, "host_to_disk": 0, "disk_to_gpu": 0}
+
+    # -- lookup and load ------------------------------------------------------------------------
+    def where(self, key: int) -> str | None:
+        """The first tier below the GPU that holds chunk ``key`` (no side effect)."""
+        if key in self.host.held:
+            return "host"
+        if self.disk is not None and key in self.disk.held:
+            return "disk"
+        return None
+
+    def load(self, key: int, tier: str, blocks: int) -> None:
+        """``blocks`` GPU blocks of chunk ``key`` come from ``tier`` (an access there)."""
+        self.clock += 1
+        nbytes = blocks * self.block_bytes
+        if tier == "host":
+            self.host.policy.access(key, self.clock)
+            self.loads.host_bytes += nbytes
+            self.loads.host_transfers += 1
+            self.bytes_moved["host_to_gpu"] += nbytes
+        else:
+            self.disk.policy.access(key, self.clock)
+            self.loads.disk_bytes += nbytes
+            self.loads.disk_transfers += 1
+            self.bytes_moved["disk_to_gpu"] += nbytes
+        self.hit_tokens[tier] += blocks * (self.chunk_tokens // self.chunk_blocks)
+
+    def take_loads(self) -> Loads:
+        loads, self.loads = self.loads, Loads()
+        return loads
+
+    # -- writes -----------------------------------------------------------------------------------
+    def computed(self, key: int) -> None:
+        """The GPU computed (or loaded) chunk ``key``: write-through stores it in every tier."""
+        if self.write == "through":
+            self._store_host(key)
+            if self.disk is not None and key not in self.disk.held:
+                self._store_disk(key)
+        if self.debug:
+            self.check_invariants()
+
+    def gpu_evicted(self, key: int) -> None:
+        """The GPU evicted chunk ``key`` (all its blocks were still cached): write-back stores it."""
+        if self.write == "back":
+            self._store_host(key)
+        if self.debug:
+            self.check_invariants()
+
+    def _store_host(self, key: int) -> None:
+        self.clock += 1
+        if key not in self.host.held and self.host.chunk_bytes <= self.host.capacity_bytes:
+            self.bytes_moved["gpu_to_host"] += self.host.chunk_bytes
+        for victim in self.host.store(key, self.clock):
+            if self.write == "back" and self.disk is not None:
+                self._store_disk(victim)
+
+    def _store_disk(self, key: int) -> None:
+        self.clock += 1
+        if key not in self.disk.held and self.disk.chunk_bytes <= self.disk.capacity_bytes:
+            self.bytes_moved["host_to_disk"] += self.disk.chunk_bytes
+        self.disk.store(key, self.clock)
+
+    # -- views --------------------------------------------------------------------------------------
+    def tiers(self) -> list[Tier]:
+        return [self.host] + ([self.disk] if self.disk is not None else [])
+
+    def check_invariants(self) -> None:
+        for tier in self.tiers():
+            tier.check_invariants()

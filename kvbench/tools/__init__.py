@@ -1,0 +1,1 @@
+"""The researcher's commands over runs and results: kvbench-plot, kvbench-report, kvbench-capacity."""

@@ -1,0 +1,287 @@
+"""``kvbench-capacity``: the highest request rate (or concurrency) at which an SLO holds.
+
+    kvbench-capacity allocator=orca-max,paged workload=sharegpt workload.num_requests=300 \\
+        --slo p99_ttft_ms=2000,p99_tpot_ms=100 --tolerance 0.1
+
+Per allocator: a probe at ``--low``; then bracketing (the value times ``--growth`` until the SLO
+fails, at most ``--high``); then bisection between the last value that held and the first that
+failed, until they are ``--tolerance`` apart. Each probe is a normal run (the Hydra config, the
+index row, the run dir under ``<results_dir>/runs/<experiment>/<capacity id>/``, which
+``kvbench-plot`` and ``kvbench-report`` read as a sweep dir); ``capacity.json`` there holds the
+answer and the probes. The answer is the highest value that held: the true limit lies between it
+and the value that failed. It assumes the SLO, once broken, stays broken at higher load.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from kvbench.tools.slo import SLO, SLOError, meets, parse_slo
+
+KNOBS = {"request_rate": "workload.request_rate", "max_concurrency": "workload.max_concurrency"}
+UNITS = {"request_rate": "req/s", "max_concurrency": "requests in flight"}
+
+
+class CapacityError(ValueError):
+    """Bad input to kvbench-capacity: one line."""
+
+
+@dataclass
+class Probe:
+    value: float
+    ok: bool
+    detail: str  # what the run measured
+    run_id: str | None = None
+    wall_s: float = 0.0
+
+
+@dataclass
+class Answer:
+    """The search's outcome for one allocator: ``sustained`` held, ``failed_at`` did not."""
+    label: str
+    sustained: float | None  # None: the SLO fails already at the lowest value
+    failed_at: float | None  # None: it held up to the ceiling
+    probes: list[Probe] = field(default_factory=list)
+    wall_s: float = 0.0
+
+    def line(self, unit: str) -> str:
+        took = f"{len(self.probes)} probes, {self.wall_s:.1f} s"
+        if self.sustained is None:
+            return f"{self.label}: below {self.failed_at:g} {unit} (fails at the lowest probe); {took}"
+        if self.failed_at is None:
+            return f"{self.label}: at least {self.sustained:g} {unit} (held up to --high); {took}"
+        return f"{self.label}: sustains {self.sustained:g} {unit} (fails at {self.failed_at:g}); {took}"
+
+
+def search(probe: Callable[[float], Probe], low: float, high: float, tolerance: float, growth: float = 2.0,
+           integer: bool = False) -> tuple[float | None, float | None, list[Probe]]:
+    """Bracketing from ``low`` by ``growth`` up to ``high``, then bisection to ``tolerance``:
+    (highest value that held, lowest that failed above it, the probes in order)."""
+    probes = [probe(low)]
+    if not probes[0].ok:
+        return None, low, probes
+    held, failed = low, None
+    value = low
+    while failed is None:
+        if held >= high:
+            return held, None, probes
+        value = min(high, max(value + 1, math.ceil(value * growth)) if integer else value * growth)
+        probes.append(probe(value))
+        if probes[-1].ok:
+            held = value
+        else:
+            failed = value
+    while failed - held > tolerance and not (integer and failed - held <= 1):
+        middle = (held + failed) // 2 if integer else (held + failed) / 2
+        probes.append(probe(middle))
+        if probes[-1].ok:
+            held = middle
+        else:
+            failed = middle
+    return held, failed, probes
+
+
+def split_allocators(overrides: Sequence[str], knob: str) -> tuple[list[str], list[str]]:
+    """The allocators to search (``allocator=a,b``) and the other overrides; refuses sweeps of
+    other keys and a value for the searched knob."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    allocators: list[str] = []
+    rest: list[str] = []
+    try:
+        parsed = OverridesParser.create().parse_overrides(list(overrides))
+    except HydraException as exc:
+        raise CapacityError(f"overrides: {str(exc).splitlines()[0]}") from None
+    for text, override in zip(overrides, parsed):
+        key = override.key_or_group.lstrip("+~")
+        if key == KNOBS[knob]:
+            raise CapacityError(f"{key}: kvbench-capacity searches it; leave it out (set --low, --high)")
+        if key.startswith("hydra"):
+            raise CapacityError(f"{key}: kvbench-capacity runs its probes itself; no hydra settings")
+        if key == "allocator":
+            allocators += [str(v) for v in override.sweep_string_iterator()] if override.is_sweep_override() \
+                else [str(override.value())]
+            continue
+        if override.is_sweep_override():
+            raise CapacityError(f"{key}: only allocator may list several values (one search per allocator)")
+        rest.append(text)
+    return allocators or [""], rest
+
+
+class HydraProber:
+    """Probes as normal runs: the composed config (Hydra's choices and overrides recorded), one
+    run dir per probe under the capacity dir, one index row each."""
+
+    def __init__(self, overrides: list[str], knob: str, slo: SLO, out: Callable[[str], None]) -> None:
+        self.overrides = overrides
+        self.knob = knob
+        self.slo = slo
+        self.out = out
+        self.folder: Path | None = None
+
+    def overrides_for(self, allocator: str, value: float) -> list[str]:
+        shown = int(value) if self.knob == "max_concurrency" else value
+        extra = [f"allocator={allocator}"] if allocator else []
+        quiet = [] if any(o.split("=", 1)[0] == "progress" for o in self.overrides) else ["progress=false"]
+        return [*self.overrides, *extra, f"{KNOBS[self.knob]}={shown}", *quiet]
+
+    def compose(self, allocator: str, value: float):
+        from hydra import compose
+
+        return compose(config_name="config", overrides=self.overrides_for(allocator, value),
+                       return_hydra_config=True)
+
+    def check(self, allocator: str, value: float):
+        """The composed config of one probe, every pre-run check passed (kvbench errors raise)."""
+        from kvbench.run.precheck import check_job
+
+        cfg = self.compose(allocator, value)
+        check_job(cfg)
+        return cfg
+
+    def probe(self, allocator: str, value: float) -> Probe:
+        from hydra.core.hydra_config import HydraConfig
+
+        from kvbench.run.ids import new_run_id
+        from kvbench.run.lifecycle import run
+
+        cfg = self.check(allocator, value)
+        if self.folder is None:
+            self.folder = Path(str(cfg.results_dir)) / "runs" / str(cfg.experiment_name) / new_run_id()
+        run_id = new_run_id()
+        HydraConfig.instance().set_config(cfg)  # the run records the probe's overrides and choices
+        t0 = time.perf_counter()
+        try:
+            summary = run(cfg, run_dir=self.folder / run_id, run_id=run_id)
+        except BaseException:
+            from kvbench.run.rundir import discard
+
+            discard(self.folder / run_id)  # an unfinished probe leaves nothing
+            _remove_if_empty(self.folder)
+            raise
+        finally:
+            HydraConfig.instance().cfg = None
+        ok, detail = meets(summary, self.slo)
+        probe = Probe(float(value), ok, detail, run_id, time.perf_counter() - t0)
+        label = summary.get("allocator_label") or allocator
+        self.out(f"  probe {label} {KNOBS[self.knob]}={value:g}: {'holds' if ok else 'fails'} ({detail})")
+        return probe
+
+
+def _remove_if_empty(folder: Path) -> None:
+    """The capacity dir this process made, once its only run is gone."""
+    try:
+        folder.rmdir()
+    except OSError:
+        pass
+
+
+def write_json(path: Path, payload: dict) -> None:
+    """Write ``payload`` to a temporary name next to ``path``, then rename it."""
+    from kvbench.results.store import atomic_write
+
+    text = json.dumps(payload, indent=1, allow_nan=False) + "\n"
+    atomic_write(path, lambda f: f.write(text.encode()))
+
+
+def capacity(overrides: Sequence[str], slo_text: str, knob: str = "request_rate", low: float = 0.5,
+             high: float = 64.0, tolerance: float | None = None, growth: float = 2.0,
+             out: Callable[[str], None] = print) -> tuple[list[Answer], Path | None]:
+    """Search each allocator's highest knob value meeting the SLO; the answers and the probes' dir."""
+    from hydra import initialize_config_dir
+
+    from kvbench.run.prepare import _errors
+    from kvbench.config.errors import CONF_DIR
+    from kvbench.metrics import parse_percentiles
+
+    integer = knob == "max_concurrency"
+    tolerance = tolerance if tolerance is not None else (1.0 if integer else 0.1)
+    if not (low > 0 and high >= low and tolerance > 0 and growth > 1) or (integer and low != int(low)):
+        whole = " and a whole low" if integer else ""
+        raise CapacityError(f"--low, --high, --tolerance, --growth: need 0 < low <= high, tolerance > 0, growth > 1"
+                            f"{whole}; got {low:g}, {high:g}, {tolerance:g}, {growth:g}")
+    allocators, rest = split_allocators(overrides, knob)
+    answers: list[Answer] = []
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        prober = HydraProber(rest, knob, SLO({}), out)
+        try:
+            first = [prober.check(a, low) for a in allocators]  # every allocator checked before any run
+            metrics = first[0].get("metrics") or {}
+            slo = parse_slo(slo_text, parse_percentiles(metrics.get("percentiles")), bool(metrics.get("goodput")))
+        except _errors() as exc:
+            raise CapacityError(str(exc).splitlines()[0]) from None
+        except SLOError as exc:
+            raise CapacityError(str(exc)) from None
+        except Exception as exc:  # Hydra's own composition errors: an unknown group or key
+            raise CapacityError(str(exc).strip().splitlines()[0]) from None
+        prober.slo = slo
+        out(f"kvbench-capacity: highest {KNOBS[knob]} meeting {slo.describe()} (tolerance {tolerance:g}), "
+            f"from {low:g} by x{growth:g} up to {high:g}")
+        for allocator, cfg in zip(allocators, first):
+            from kvbench.results.naming import allocator_label
+
+            label = allocator or allocator_label(str(cfg.allocator.name), cfg.allocator.get("reserve"))
+            t0 = time.perf_counter()
+            try:
+                held, failed, probes = search(lambda v: prober.probe(allocator, v), low, high, tolerance,
+                                              growth, integer)
+            except _errors() as exc:
+                raise CapacityError(f"{label}: {str(exc).splitlines()[0]}") from None
+            answers.append(Answer(label, held, failed, probes, time.perf_counter() - t0))
+    if prober.folder is not None:
+        write_json(prober.folder / "capacity.json", {
+            "knob": KNOBS[knob], "slo": slo.bounds, "tolerance": tolerance, "low": low, "high": high,
+            "growth": growth, "overrides": list(overrides),
+            "answers": [asdict(a) for a in answers]})
+    return answers, prober.folder
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="kvbench-capacity", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("overrides", nargs="*", help="kvbench overrides (allocator=a,b searches each allocator)")
+    p.add_argument("--slo", required=True, help="METRIC=BOUND,... e.g. p99_ttft_ms=2000,p99_tpot_ms=100 "
+                   "or goodput=0.9 (with metrics.goodput)")
+    p.add_argument("--knob", choices=tuple(KNOBS), default="request_rate", help="what to search (default %(default)s)")
+    p.add_argument("--low", type=float, default=0.5, help="the first probe (default %(default)s)")
+    p.add_argument("--high", type=float, default=64.0, help="bracketing stops here (default %(default)s)")
+    p.add_argument("--growth", type=float, default=2.0, help="bracketing factor (default %(default)s)")
+    p.add_argument("--tolerance", type=float, help="bisection stops when the bracket is this narrow "
+                   "(default 0.1 req/s, or 1 request in flight)")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    t0 = time.perf_counter()
+    try:
+        answers, folder = capacity(args.overrides, args.slo, args.knob, args.low, args.high, args.tolerance,
+                                   args.growth, out=lambda line: print(line, flush=True))
+    except CapacityError as exc:
+        print(f"kvbench-capacity: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("kvbench-capacity: interrupted; the finished probes are kept", file=sys.stderr)
+        return 130
+    unit = UNITS[args.knob]
+    for answer in answers:
+        print(answer.line(unit))
+    print(f"{sum(len(a.probes) for a in answers)} probes in {time.perf_counter() - t0:.1f} s; runs and "
+          f"capacity.json in {folder}")
+    below = [a for a in answers if a.sustained is None]
+    if below:
+        print(f"kvbench-capacity: error: {below[0].label}: the SLO fails already at {KNOBS[args.knob]}="
+              f"{args.low:g}: below {args.low:g}; lower --low", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,37 @@
+"""The hf backend runs the same scheduler: under every preemption victim, with recompute and
+with swap, and under every queue order, greedy outputs equal transformers' own ``generate``
+(tiny-llama, float32, CPU; the fixtures of ``tests/test_hf_executor.py``)."""
+from __future__ import annotations
+
+import pytest
+
+from kvbench.requests import Request
+from tests.engine_helpers import make_requests
+from tests.test_hf_executor import SPECS, engine_models, greedy, one_thread, reference, run  # noqa: F401
+
+NAME = "tiny-llama"
+
+
+def _requests(seed: int) -> list[Request]:
+    return [Request(r.request_id, r.prompt_ids, r.output_len, r.arrival_s, priority=r.request_id % 2)
+            for r in make_requests([(s[0], s[1], 0.0) for s in SPECS], vocab_size=256, seed=seed)]
+
+
+@pytest.mark.parametrize("preemption", ["recompute", "swap"])
+@pytest.mark.parametrize("victim", ["newest", "lowest_priority", "least_computed", "most_blocks"])
+def test_greedy_matches_generate_under_every_victim(victim, preemption, engine_models, reference):
+    requests = _requests(seed=2)
+    out, executor = run(NAME, engine_models, requests, "paged", {"block_size": 4}, num_slots=64,
+                        preemption=preemption, swap_slots=4096, preemption_victim=victim)
+    assert out.summary["num_preemptions"] > 0 and out.summary["num_finished"] == len(SPECS)
+    assert greedy(out) == reference(NAME, requests)
+    assert not executor.pool.host
+
+
+@pytest.mark.parametrize("policy", ["priority", "sjf", "lpm"])
+def test_greedy_matches_generate_under_every_queue_order(policy, engine_models, reference):
+    requests = _requests(seed=3)
+    out, _ = run(NAME, engine_models, requests, "paged_prefix", {"block_size": 4}, num_slots=64,
+                 policy=policy, max_wait_s=2.0)
+    assert out.summary["num_finished"] == len(SPECS)
+    assert greedy(out) == reference(NAME, requests)
