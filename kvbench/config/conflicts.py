@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig
 
 from kvbench.config.errors import ConfigError
@@ -113,8 +114,6 @@ def _concurrency_note(cfg: DictConfig) -> str | None:
 
 def explicit_keys(overrides: list[str]) -> set[str]:
     """The keys and groups a command line sets (``a.b=1``, ``+a.b=1``, ``gpu=h200``)."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
     keys: set[str] = set()
     for override in OverridesParser.create().parse_overrides(overrides):
         if override.is_delete():

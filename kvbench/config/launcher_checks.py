@@ -12,6 +12,7 @@ arguments of the wrong kind or that ``ray.init`` / ``ray.remote`` do not take.
 """
 from __future__ import annotations
 
+import inspect
 import shutil
 
 from omegaconf import DictConfig, OmegaConf
@@ -92,7 +93,7 @@ def _check_submitit(launcher: DictConfig, slurm: bool) -> None:
 def _ray_function(name: str):
     """``ray.init`` or ``ray.remote`` where Ray is installed (its parameters name what it takes)."""
     try:
-        import ray
+        import ray  # optional dependency: the ray extra
     except ImportError:
         return None
     return getattr(ray, name, None)
@@ -100,13 +101,11 @@ def _ray_function(name: str):
 
 def _ray_parameters(function) -> set[str] | None:
     """The keyword arguments a Ray function takes; None where it takes any."""
-    import inspect
-
     if function is None:
         return None
     if getattr(function, "__name__", "") == "remote":
         try:
-            from ray._private.ray_option_utils import task_options
+            from ray._private.ray_option_utils import task_options  # optional dependency: the ray extra
 
             return set(task_options)
         except ImportError:

@@ -15,7 +15,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from omegaconf import DictConfig
+from hydra import compose
+from hydra._internal.hydra import Hydra
+from hydra._internal.utils import create_automatic_config_search_path, detect_calling_file_or_module_from_task_function
+from hydra.core.config_search_path import SearchPathQuery
+from hydra.core.global_hydra import GlobalHydra
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.core.utils import validate_config_path
+from omegaconf import DictConfig, OmegaConf
 
 from kvbench.config.errors import CONF_DIR, ConfigError
 
@@ -32,8 +39,6 @@ class ConfigSource:
     extra_dirs: list[Path] = field(default_factory=list)
 
     def compose(self, overrides: list[str], return_hydra_config: bool = False) -> DictConfig:
-        from hydra import compose
-
         return compose(config_name=self.config_name, overrides=[*overrides, *self.searchpath_overrides],
                        return_hydra_config=return_hydra_config)
 
@@ -67,13 +72,6 @@ def _file_dirs(entries) -> list[Path]:
 def hydra_source(args, overrides: list[str], task_function: Callable) -> Iterator[ConfigSource]:
     """Hydra's global state composed from what ``hydra.main`` will use for these arguments;
     ``task_function`` is the app's (a relative ``--config-path`` is relative to its file)."""
-    from hydra._internal.hydra import Hydra
-    from hydra._internal.utils import (create_automatic_config_search_path,
-                                       detect_calling_file_or_module_from_task_function)
-    from hydra.core.global_hydra import GlobalHydra
-    from hydra.core.utils import validate_config_path
-    from hydra.core.config_search_path import SearchPathQuery
-
     config_path = args.config_path if args.config_path is not None else str(CONF_DIR)
     validate_config_path(config_path)
     calling_file, calling_module = detect_calling_file_or_module_from_task_function(task_function)[:2]
@@ -105,16 +103,10 @@ def hydra_source(args, overrides: list[str], task_function: Callable) -> Iterato
 
 def _searchpath_dirs(source: ConfigSource) -> list[Path]:
     """The folders ``hydra.searchpath`` adds, from the command line or else the primary config."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
     for override in OverridesParser.create().parse_overrides(source.searchpath_overrides):
         return _file_dirs(override.value())
-    from hydra.core.global_hydra import GlobalHydra
-
     repo = GlobalHydra.instance().config_loader().repository  # type: ignore[attr-defined]
     loaded = repo.load_config(config_path=source.config_name)
     if loaded is None:
         return []
-    from omegaconf import OmegaConf
-
     return _file_dirs(OmegaConf.select(loaded.config, "hydra.searchpath", default=None))

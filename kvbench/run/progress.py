@@ -18,6 +18,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TextIO
 
+from omegaconf import OmegaConf
+
 # in the sweep's .jobs/ (not *.json: those are job records): when the multirun began, how many jobs
 START_FILE = "multirun.start"
 
@@ -45,7 +47,7 @@ class RunProgress:
     from the requests' pace). The engine calls ``update_to`` after every step."""
 
     def __init__(self, total: int, desc: str, stream: TextIO | None = None, delay: float = 2.0) -> None:
-        from tqdm.auto import tqdm
+        from tqdm.auto import tqdm  # start-up time: only when a bar is shown
 
         self.bar = tqdm(total=total, desc=desc, unit="req", delay=delay, leave=False,
                         file=stream if stream is not None else sys.stderr,
@@ -104,13 +106,11 @@ def job_line(records: Sequence[dict], start: dict, last: dict, now: float | None
 def count_jobs(task_overrides: Sequence[str], sweeper_cfg) -> int | None:
     """How many jobs a multirun has: the basic sweeper's expansion of the command line and its
     ``params``; Optuna's ``n_trials``; None where it cannot be known beforehand."""
-    from omegaconf import OmegaConf
-
     target = str(sweeper_cfg.get("_target_", "")) if sweeper_cfg is not None else ""
     if "BasicSweeper" not in target:
         trials = sweeper_cfg.get("n_trials") if sweeper_cfg is not None else None
         return int(trials) if isinstance(trials, int) else None
-    from kvbench.run.precheck import _job_overrides
+    from kvbench.run.precheck import _job_overrides  # start-up time: the pre-check's modules, only to count a sweep's jobs
 
     given = {str(o).split("=", 1)[0].lstrip("+~") for o in task_overrides}
     params = sweeper_cfg.get("params")

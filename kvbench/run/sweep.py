@@ -27,6 +27,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from kvbench.results.naming import cell, granularity
 from kvbench.results.query import in_sweep
+from kvbench.run.progress import count_jobs, job_line, note_multirun_start, read_start, wanted
 
 log = logging.getLogger("kvbench")
 
@@ -159,9 +160,9 @@ def unswept_settings(rows: Sequence[Mapping], keys: Sequence[str]) -> list[str]:
     """Settings that differ between finished jobs with the same swept values (a job rerun with
     another knob into the same sweep dir): shown as columns so no two rows look alike while they
     are not (``kvbench.results.grouping``); nothing is averaged."""
-    import pandas as pd
+    import pandas as pd  # start-up time: pandas, at the sweep's end only
 
-    from kvbench.results.grouping import settings_that_vary, split
+    from kvbench.results.grouping import settings_that_vary, split  # start-up time: as above (pandas)
 
     done = pd.DataFrame([r for r in rows if r.get("status") == "ok"])
     if done.empty:
@@ -196,8 +197,6 @@ class ComparisonTable(Callback):
     the comparison table of a multirun's jobs."""
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
-        from kvbench.run.progress import count_jobs, note_multirun_start
-
         task = list(config.hydra.overrides.get("task") or [])
         parallel = OmegaConf.select(config, "hydra.launcher.n_jobs")
         try:
@@ -243,8 +242,6 @@ class ComparisonTable(Callback):
 
 def _print_progress(config: DictConfig, sweep_dir: Path, record: Mapping[str, object]) -> None:
     """``job 3 of 12 done ...`` on stderr, straight (never into a log), at a terminal only."""
-    from kvbench.run.progress import job_line, read_start, wanted
-
     if not wanted(OmegaConf.select(config, "progress", default=True)):
         return
     print(job_line(read_job_records(sweep_dir), read_start(sweep_dir / JOBS_DIR), dict(record)),

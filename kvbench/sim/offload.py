@@ -130,7 +130,7 @@ class LoadCost:
 
     @classmethod
     def from_configs(cls, cfg) -> LoadCost:
-        from kvbench.sim.cost_model import DEFAULTS
+        from kvbench.sim.cost_model import DEFAULTS  # start-up time: the cost model's tables, only with a tier on
 
         link = LINKS[str(cfg.gpu.offload_link)]
         eff = float(cfg.gpu.get("eff_host") or DEFAULTS["eff_host"])

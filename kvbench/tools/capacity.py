@@ -22,6 +22,20 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from hydra import compose, initialize_config_dir
+from hydra.core.hydra_config import HydraConfig
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra.errors import HydraException
+
+from kvbench.config.errors import CONF_DIR
+from kvbench.metrics import parse_percentiles
+from kvbench.results.naming import allocator_label
+from kvbench.results.store import atomic_write
+from kvbench.run.ids import new_run_id
+from kvbench.run.lifecycle import run
+from kvbench.run.precheck import check_job
+from kvbench.run.prepare import _errors
+from kvbench.run.rundir import discard
 from kvbench.tools.slo import SLO, SLOError, meets, parse_slo
 
 KNOBS = {"request_rate": "workload.request_rate", "max_concurrency": "workload.max_concurrency"}
@@ -90,9 +104,6 @@ def search(probe: Callable[[float], Probe], low: float, high: float, tolerance: 
 def split_allocators(overrides: Sequence[str], knob: str) -> tuple[list[str], list[str]]:
     """The allocators to search (``allocator=a,b``) and the other overrides; refuses sweeps of
     other keys and a value for the searched knob."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hydra.errors import HydraException
-
     allocators: list[str] = []
     rest: list[str] = []
     try:
@@ -133,25 +144,16 @@ class HydraProber:
         return [*self.overrides, *extra, f"{KNOBS[self.knob]}={shown}", *quiet]
 
     def compose(self, allocator: str, value: float):
-        from hydra import compose
-
         return compose(config_name="config", overrides=self.overrides_for(allocator, value),
                        return_hydra_config=True)
 
     def check(self, allocator: str, value: float):
         """The composed config of one probe, every pre-run check passed (kvbench errors raise)."""
-        from kvbench.run.precheck import check_job
-
         cfg = self.compose(allocator, value)
         check_job(cfg)
         return cfg
 
     def probe(self, allocator: str, value: float) -> Probe:
-        from hydra.core.hydra_config import HydraConfig
-
-        from kvbench.run.ids import new_run_id
-        from kvbench.run.lifecycle import run
-
         cfg = self.check(allocator, value)
         if self.folder is None:
             self.folder = Path(str(cfg.results_dir)) / "runs" / str(cfg.experiment_name) / new_run_id()
@@ -161,8 +163,6 @@ class HydraProber:
         try:
             summary = run(cfg, run_dir=self.folder / run_id, run_id=run_id)
         except BaseException:
-            from kvbench.run.rundir import discard
-
             discard(self.folder / run_id)  # an unfinished probe leaves nothing
             _remove_if_empty(self.folder)
             raise
@@ -185,8 +185,6 @@ def _remove_if_empty(folder: Path) -> None:
 
 def write_json(path: Path, payload: dict) -> None:
     """Write ``payload`` to a temporary name next to ``path``, then rename it."""
-    from kvbench.results.store import atomic_write
-
     text = json.dumps(payload, indent=1, allow_nan=False) + "\n"
     atomic_write(path, lambda f: f.write(text.encode()))
 
@@ -195,12 +193,6 @@ def capacity(overrides: Sequence[str], slo_text: str, knob: str = "request_rate"
              high: float = 64.0, tolerance: float | None = None, growth: float = 2.0,
              out: Callable[[str], None] = print) -> tuple[list[Answer], Path | None]:
     """Search each allocator's highest knob value meeting the SLO; the answers and the probes' dir."""
-    from hydra import initialize_config_dir
-
-    from kvbench.run.prepare import _errors
-    from kvbench.config.errors import CONF_DIR
-    from kvbench.metrics import parse_percentiles
-
     integer = knob == "max_concurrency"
     tolerance = tolerance if tolerance is not None else (1.0 if integer else 0.1)
     if not (low > 0 and high >= low and tolerance > 0 and growth > 1) or (integer and low != int(low)):
@@ -225,8 +217,6 @@ def capacity(overrides: Sequence[str], slo_text: str, knob: str = "request_rate"
         out(f"kvbench-capacity: highest {KNOBS[knob]} meeting {slo.describe()} (tolerance {tolerance:g}), "
             f"from {low:g} by x{growth:g} up to {high:g}")
         for allocator, cfg in zip(allocators, first):
-            from kvbench.results.naming import allocator_label
-
             label = allocator or allocator_label(str(cfg.allocator.name), cfg.allocator.get("reserve"))
             t0 = time.perf_counter()
             try:

@@ -23,8 +23,9 @@ from pathlib import Path
 
 import pandas as pd
 
+from kvbench.results.naming import cell
 from kvbench.tools.plot_data import (PlotError, check_columns, combine, is_numeric, is_setting, load_runs, select,
-                               series_points, steps_points)
+                                     series_points, steps_points)
 
 FORMATS = ("png", "svg")
 METRIC_FACET = "metric"  # --facet metric: a panel per --y metric, each with its own scale
@@ -59,8 +60,6 @@ def axis_label(column: str) -> str:
 
 def context_line(runs: pd.DataFrame) -> str:
     """Model, GPU, workload and rate of the selected runs (``several`` where they differ)."""
-    from kvbench.results.naming import cell
-
     parts = []
     for column, name in CONTEXT:
         if column not in runs.columns:
@@ -90,7 +89,7 @@ def points_for(spec: PlotSpec, runs: pd.DataFrame, index_path: Path) -> pd.DataF
 
 def _style(series: list[str]) -> dict[str, tuple[object, str, str]]:
     """A distinct colour, marker and hatch per series, in order of appearance."""
-    import matplotlib
+    import matplotlib  # start-up time: matplotlib, only when drawing
 
     colours = matplotlib.colormaps["tab10" if len(series) <= 10 else "tab20"].colors
     return {s: (colours[i % len(colours)], MARKERS[i % len(MARKERS)], HATCHES[i % len(HATCHES)])
@@ -99,12 +98,12 @@ def _style(series: list[str]) -> dict[str, tuple[object, str, str]]:
 
 def draw(points: pd.DataFrame, spec: PlotSpec, context: str):
     """The figure: a panel per facet, a line (or bars) per series, one legend naming every series."""
-    import matplotlib
+    import matplotlib  # start-up time: matplotlib, only when drawing
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from matplotlib.lines import Line2D
-    from matplotlib.patches import Patch
+    import matplotlib.pyplot as plt  # start-up time: matplotlib, only when drawing
+    from matplotlib.lines import Line2D  # start-up time: matplotlib, only when drawing
+    from matplotlib.patches import Patch  # start-up time: matplotlib, only when drawing
 
     facets = list(dict.fromkeys(points["facet"]))
     series = list(dict.fromkeys(points["series"]))
@@ -182,7 +181,7 @@ def coinciding(points: pd.DataFrame) -> list[list[str]]:
 
 def save(fig, out: Path) -> list[Path]:
     """``out``.png and ``out``.svg, each written to a temporary name and renamed."""
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # start-up time: matplotlib, only when drawing
 
     out.parent.mkdir(parents=True, exist_ok=True)
     written, temps = [], []

@@ -10,6 +10,7 @@ runs there were. Runs are averaged only when they differ in nothing but the seed
 from __future__ import annotations
 
 import difflib
+import fnmatch
 import json
 import math
 from collections.abc import Sequence
@@ -19,6 +20,10 @@ from pathlib import Path
 import pandas as pd
 
 from kvbench.results.grouping import settings_that_vary
+from kvbench.results.naming import cell
+from kvbench.results.query import QueryError, in_sweep, where, with_labels
+from kvbench.results.store import load_index
+from kvbench.run.sweep import _absolute
 
 INDEX_NAME = "index.jsonl"
 
@@ -43,9 +48,6 @@ def _find_index(folder: Path) -> Path | None:
 
 def load_runs(source: str | Path) -> Source:
     """The runs of an index file, a results folder or a sweep's directory."""
-    from kvbench.results.query import in_sweep, with_labels
-    from kvbench.results.store import load_index
-
     path = Path(source)
     if path.is_file():
         index, sweep = path, None
@@ -81,10 +83,6 @@ def select(runs: pd.DataFrame, conditions: Sequence[str]) -> pd.DataFrame:
     """The rows meeting every ``--where`` condition (those of ``kvbench-results``, and
     ``COL~PATTERN``: the value matches a shell pattern, ``experiment~paper-rate-*``); an empty
     selection is an error."""
-    import fnmatch
-
-    from kvbench.results.query import QueryError, where
-
     plain = [c for c in conditions if "~" not in c.split("=", 1)[0] or "=" in c.split("~", 1)[0]]
     picked = runs
     for cond in conditions:
@@ -142,8 +140,6 @@ def is_numeric(column: pd.Series) -> bool:
 
 
 def _text(value: object) -> str:
-    from kvbench.results.naming import cell
-
     return cell(value)
 
 
@@ -219,8 +215,6 @@ def steps_points(runs: pd.DataFrame, index_path: Path, x: str, ys: Sequence[str]
                  facet: str | None, max_points: int = 4000) -> pd.DataFrame:
     """Points from each selected run's steps (``steps.parquet``): one run per series and facet,
     never an average over runs; a long run is thinned to ``max_points`` evenly spaced steps."""
-    from kvbench.run.sweep import _absolute
-
     runs, hue, hue_parts = combine(runs, hue, "--hue")
     runs, facet, facet_parts = combine(runs, facet, "--facet")
     groups = [c for c in (facet, hue) if c]

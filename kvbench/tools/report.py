@@ -19,14 +19,20 @@ import io
 import json
 import shlex
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
 import pandas as pd
 
+from kvbench.results.compare import compare_groups
 from kvbench.results.grouping import settings_that_vary
 from kvbench.results.naming import cell
+from kvbench.results.query import QueryError, sort
+from kvbench.results.store import atomic_write
+from kvbench.run.run_figures import memory_over_time
+from kvbench.run.sweep import _absolute
 from kvbench.tools.plot import PlotSpec, context_line, draw, points_for
 from kvbench.tools.plot_data import PlotError, check_columns, is_numeric, is_setting, load_runs, select
 
@@ -62,7 +68,7 @@ def _table(frame: pd.DataFrame, caption: str = "") -> str:
 
 
 def _png_uri(fig) -> str:
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # start-up time: matplotlib, only when drawing
 
     buffer = io.BytesIO()
     try:
@@ -87,8 +93,6 @@ def settings_section(runs: pd.DataFrame, varying: Sequence[str]) -> str:
 
 
 def runs_section(runs: pd.DataFrame, varying: Sequence[str]) -> str:
-    from kvbench.results.query import sort
-
     keys = [c for c in [*varying, "seed"] if c in runs.columns]
     columns = [*keys, *[m for m in TABLE_METRICS if m in runs.columns], "run_id"]
     ordered = sort(runs, [k for k in keys])
@@ -97,9 +101,6 @@ def runs_section(runs: pd.DataFrame, varying: Sequence[str]) -> str:
 
 def compare_section(runs: pd.DataFrame, compared: str, baseline: str | None) -> tuple[str, str]:
     """The compare view (value and ratio to the baseline per group of the other settings)."""
-    from kvbench.results.compare import compare_groups
-    from kvbench.results.query import QueryError
-
     values = list(dict.fromkeys(runs[compared].map(cell)))
     baseline = baseline if baseline is not None else values[0]
     if baseline not in values:
@@ -150,13 +151,11 @@ def figures_section(runs: pd.DataFrame, index_path: Path, specs: Sequence[PlotSp
 def memory_section(runs: pd.DataFrame, index_path: Path) -> str:
     """One run per allocator: its time-weighted memory breakdown (a table and stacked bars) and,
     where its steps are stored, the breakdown over time."""
-    import matplotlib
+    import matplotlib  # start-up time: matplotlib, only when drawing
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # start-up time: matplotlib, only when drawing
 
-    from kvbench.run.run_figures import memory_over_time
-    from kvbench.run.sweep import _absolute
 
     picked = runs.drop_duplicates("allocator_label", keep="first")
     columns = [c for c, _, _ in MEMORY if c in picked.columns]
@@ -196,8 +195,6 @@ _TMP: list = []
 
 
 def _tmp_dir() -> str:
-    import tempfile
-
     if not _TMP:
         _TMP.append(tempfile.TemporaryDirectory(prefix="kvbench-report-"))
     return _TMP[0].name
@@ -260,8 +257,6 @@ def build_html(source: str | Path, where: Sequence[str] = (), baseline: str | No
 
 def write_report(text: str, out: Path, force: bool) -> Path:
     """Write the report atomically; an existing target only with ``force``."""
-    from kvbench.results.store import atomic_write
-
     if out.exists() and not force:
         raise PlotError(f"--out: {out} exists; give another path or --force to replace it")
     if out.is_dir():
