@@ -302,7 +302,26 @@ def constant(gpu, system, name: str) -> float:
 # The fixed_floor operator model fitted on the A100-80GB measurements (`kvbench-validate
 # --fit-ops`): what a profile selecting op_model fixed_floor without its own ``fixed_floor``
 # mapping takes, as DEFAULTS hold the roofline fit.
-FIXED_FLOOR_DEFAULTS: dict[str, float] = {}
+FIXED_FLOOR_DEFAULTS: dict[str, float] = {
+    "gemm_eff_max": 0.7615,
+    "gemm_m_half": 90.95,
+    "gemm_n_half": 70.57,
+    "gemm_k_half": 60.1,
+    "gemm_eff_bw": 0.7748,
+    "norm_eff_bw": 0.3581,
+    "act_eff_bw": 0.4796,
+    "rope_eff_bw": 0.448,
+    "add_eff_bw": 0.991,
+    "gemm_fixed_s": 5.21e-06,
+    "norm_fixed_s": 8.934e-07,
+    "act_fixed_s": 1.253e-06,
+    "rope_fixed_s": 2.248e-06,
+    "add_fixed_s": 1.591e-06,
+    "norm_min_tokens": 140.2,
+    "act_min_tokens": 118.2,
+    "rope_min_tokens": 92.25,
+    "add_min_tokens": 0.08772,
+}
 
 
 def op_model(gpu) -> str:

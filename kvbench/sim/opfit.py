@@ -23,7 +23,7 @@ import numpy as np
 from scipy.optimize import least_squares
 
 from kvbench.sim import allreduce
-from kvbench.sim.operators import (DEFAULT_OP_MODEL, ELEMENTWISE_KIND, FLOOR_KEYS, GEMM_OPS, OP_KEYS, OP_MODELS,
+from kvbench.sim.operators import (DEFAULT_OP_MODEL, ELEMENTWISE_KIND, ELEMENTWISE_KINDS, FLOOR_KEYS, GEMM_OPS, OP_KEYS, OP_MODELS,
                                    OP_NAMES, LayerShape)
 
 DATA_DIR = allreduce.DATA_DIR
@@ -91,11 +91,12 @@ def predict(group: OpGroup, constants: dict[str, float], peak: float, bw: float)
     return group.shape.op_times(constants, peak, bw, group.tokens)
 
 
-def log_errors(groups: list[OpGroup], constants: dict[str, float], peak: float, bw: float) -> np.ndarray:
+def log_errors(groups: list[OpGroup], constants: dict[str, float], peak: float, bw: float,
+               ops: tuple[str, ...] = OP_NAMES) -> np.ndarray:
     out = []
     for g in groups:
         pred = predict(g, constants, peak, bw)
-        for op in OP_NAMES:
+        for op in ops:
             ok = g.measured_s[op] > 0
             out.append(np.log(pred[op][ok] / g.measured_s[op][ok]))
     return np.concatenate(out)
@@ -104,16 +105,55 @@ def log_errors(groups: list[OpGroup], constants: dict[str, float], peak: float, 
 def fit(groups: list[OpGroup], peak: float, bw: float, op_model: str = DEFAULT_OP_MODEL) -> dict[str, float]:
     """The constants of ``op_model`` (``OP_MODELS``) minimising a robust (soft L1, 10% scale)
     loss on log error over ``groups``."""
-    keys = OP_MODELS[op_model]
+    if op_model == "roofline":  # one joint fit, as the shipped roofline constants were fitted
+        return _fit_keys(groups, peak, bw, OP_KEYS, OP_NAMES, {})[0]
+    # fixed_floor: each kind's residuals depend on its own constants only, so each kind is
+    # fitted alone; the kink of max(tokens, min_tokens) gets two starts, the better kept; each
+    # batch regime (REGIMES) weighs the same, or the many large-batch points would decide the
+    # decode-sized steps most simulated steps are
+    gemm_keys = tuple(k for k in OP_KEYS if k.startswith("gemm_"))
+    base = {k: OP_START[k][0] for k in OP_MODELS[op_model]}
+    out = _fit_keys(groups, peak, bw, gemm_keys, GEMM_OPS, base)[0]
+    base |= out
+    for kind in ELEMENTWISE_KINDS:
+        keys = (f"{kind}_eff_bw", f"{kind}_fixed_s", f"{kind}_min_tokens")
+        ops = tuple(op for op in OP_NAMES if ELEMENTWISE_KIND.get(op) == kind)
+        best = min((_fit_keys(groups, peak, bw, keys, ops, base, {keys[2]: start}, balanced=True)
+                    for start in MIN_TOKENS_STARTS),
+                   key=lambda fitted: fitted[1])
+        out |= best[0]
+    return {k: out[k] for k in OP_MODELS[op_model]}
+
+
+MIN_TOKENS_STARTS = (16.0, 256.0)
+
+
+def regime_weights(groups: list[OpGroup], ops: tuple[str, ...]) -> np.ndarray:
+    """Per residual of ``log_errors(..., ops)``: sqrt(points / (regimes * points of its regime))."""
+    tokens = np.concatenate([g.tokens[g.measured_s[op] > 0] for g in groups for op in ops])
+    weights = np.ones_like(tokens)
+    for low, high in REGIMES.values():
+        mask = (tokens > low) & (tokens <= high)
+        if mask.any():
+            weights[mask] = np.sqrt(len(tokens) / (len(REGIMES) * mask.sum()))
+    return weights
+
+
+def _fit_keys(groups: list[OpGroup], peak: float, bw: float, keys: tuple[str, ...], ops: tuple[str, ...],
+              fixed: dict[str, float], starts: dict[str, float] | None = None,
+              balanced: bool = False) -> tuple[dict[str, float], float]:
+    """(``keys`` minimising a robust (soft L1, 10% scale) loss on the log error of ``ops``, the
+    loss), the other constants held at ``fixed``; ``balanced``: ``regime_weights``."""
     start, lower, upper = (np.array(col) for col in zip(*(OP_START[k] for k in keys)))
     scale = start
+    x0 = np.array([(starts or {}).get(k, s) for k, s in zip(keys, start)]) / scale
+    weights = regime_weights(groups, ops) if balanced else 1.0
 
     def residuals(x):
-        return log_errors(groups, dict(zip(keys, x * scale)), peak, bw)
+        return weights * log_errors(groups, fixed | dict(zip(keys, x * scale)), peak, bw, ops)
 
-    result = least_squares(residuals, np.ones_like(start), bounds=(lower / scale, upper / scale),
-                           loss="soft_l1", f_scale=0.1)
-    return dict(zip(keys, (result.x * scale).tolist()))
+    result = least_squares(residuals, x0, bounds=(lower / scale, upper / scale), loss="soft_l1", f_scale=0.1)
+    return dict(zip(keys, (result.x * scale).tolist())), float(result.cost)
 
 
 @dataclass(frozen=True)
