@@ -91,6 +91,9 @@ measured operator and NCCL times (``kvbench-validate --fit-ops``; the fitted val
 A100 and H100 profiles, DEFAULTS hold the A100-80GB fit), and ``layer_overhead_s`` on
 published FasterTransformer latencies (``kvbench-validate --fit``); never on the PagedAttention
 paper's results. A profile may override any of them with a top-level key of the same name.
+``gpu.op_model`` picks the operator model: ``roofline`` (the default, every committed result)
+or ``fixed_floor`` (elementwise kernels with a minimum time, constants in the profile's
+``fixed_floor`` mapping, FIXED_FLOOR_DEFAULTS where unset; ``operators``).
 """
 from __future__ import annotations
 
