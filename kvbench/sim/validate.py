@@ -220,6 +220,9 @@ def print_ops(held_out: bool, refit: bool) -> None:
             print(f"  refitted constants for conf/gpu/{gpu}.yaml:")
             for key, value in constants.items():
                 print(f"    {key}: {value:.4g}")
+            print("    fixed_floor:")
+            for key, value in opfit.fit(groups, peak, bw, "fixed_floor").items():
+                print(f"      {key}: {value:.4g}")
 
 
 REGIME_KINDS = ("gemm", "norm", "act", "rope", "add", "layer")
