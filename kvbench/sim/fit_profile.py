@@ -128,12 +128,12 @@ def fit_profile(groups: list[opfit.OpGroup], spec: Spec, op_model: str, source: 
         name, key = check
         held = opfit.held_out(groups, key, peak, bw, model)
         lines += [f"#   {model}, {name}, {text}" for text in error_lines(held)]
-    lines += [f"name: {spec.name}", f"memory_bytes: {spec.memory_bytes:.6g}", f"peak_flops: {spec.peak_flops:.6g}",
-              f"mem_bandwidth: {spec.mem_bandwidth:.6g}", f"host_bandwidth: {spec.host_bandwidth:.6g}"]
+    lines += [f"name: {spec.name}", f"memory_bytes: {spec.memory_bytes:.12g}", f"peak_flops: {spec.peak_flops:.12g}",
+              f"mem_bandwidth: {spec.mem_bandwidth:.12g}", f"host_bandwidth: {spec.host_bandwidth:.12g}"]
     if spec.interconnect_bandwidth is not None:
-        lines.append(f"interconnect_bandwidth: {spec.interconnect_bandwidth:.6g}")
+        lines.append(f"interconnect_bandwidth: {spec.interconnect_bandwidth:.12g}")
     if spec.peak_flops_fp32 is not None:
-        lines.append(f"peak_flops_fp32: {spec.peak_flops_fp32:.6g}")
+        lines.append(f"peak_flops_fp32: {spec.peak_flops_fp32:.12g}")
     lines += ["count: 1", f"op_model: {op_model}",
               f"op_constants_from: the measured operator tables in {source} (kvbench-validate --fit-ops)",
               "# roofline operator model (operators.py)"]
