@@ -364,3 +364,25 @@ def test_eager_issue_floor_holds_small_steps_and_leaves_large_ones():
     assert step_time(on, big) == step_time(off, big)
     empty = StepSummary(block_size=16)
     assert step_time(on, empty)["duration_s"] == 0.0
+
+
+def test_the_executor_logs_where_its_operator_constants_come_from(caplog):
+    import logging
+
+    with caplog.at_level(logging.INFO, logger="kvbench"):
+        SimExecutor(load_model("tiny-opt"), load_gpu("a10g"))
+    lines = [r.getMessage() for r in caplog.records if "operator constants" in r.getMessage()]
+    assert lines == ["operator constants (op_model roofline): gpu profile a10g sets none; the rest are the "
+                     "a100-80gb fit (fit this GPU's own with kvbench-validate --fit-ops DIR)"]
+
+
+def test_fixed_floor_raises_decode_steps_and_leaves_big_prefills_near_the_roofline():
+    """op_model changes only the elementwise kernels: a 1-token step's layer takes longer (the
+    norms, activation and rotary no longer shrink with the batch), a 4,096-token one within 3%."""
+    model = load_model("llama-3-8b")
+    roofline = cm.CostParams.from_configs(model, load_gpu("h100-80gb"))
+    floor = cm.CostParams.from_configs(model, load_gpu("h100-80gb", op_model="fixed_floor"))
+    assert floor.dense_layer_s(1) > roofline.dense_layer_s(1) * 1.02
+    assert floor.dense_layer_s(4096) == pytest.approx(roofline.dense_layer_s(4096), rel=0.03)
+    with pytest.raises(ValueError, match="gpu.op_model must be one of"):
+        cm.CostParams.from_configs(model, load_gpu("h100-80gb", op_model="other"))

@@ -189,6 +189,7 @@ def check_rules(cfg) -> None:
             rule.check(value)
     _check_beam_limits(cfg)
     _check_allreduce_table(cfg)
+    _check_op_model(cfg)
     check_names(cfg)
     check_choices(cfg)
     check_baseline(cfg)
@@ -204,6 +205,16 @@ def _check_allreduce_table(cfg) -> None:
 
         if name not in allreduce.available():
             raise ConfigError(f"gpu.allreduce_table must be one of {allreduce.available()} or null; got {name!r}")
+
+
+def _check_op_model(cfg) -> None:
+    """A sim GPU's operator model must be one the cost model has (kvbench/sim/operators.py)."""
+    name = _select(cfg, "gpu.op_model", missing=True) if _sim(cfg) else None
+    if name is not None and name is not _MISSING:
+        from kvbench.sim.operators import OP_MODELS
+
+        if name not in OP_MODELS:
+            raise ConfigError(f"gpu.op_model must be one of {list(OP_MODELS)}; got {name!r}")
 
 
 def _check_beam_limits(cfg) -> None:

@@ -5,12 +5,13 @@ sequence of batches. ``execute`` is O(chunks + copy/swap ops) in plain Python.
 """
 from __future__ import annotations
 
+import logging
 import math
 import random
 
 from kvbench.batch import StepBatch, StepResult
 from kvbench.hf.cost_view import cost_params
-from kvbench.sim.cost_model import TIMING_KEYS, step_time, summarize
+from kvbench.sim.cost_model import TIMING_KEYS, op_constants_source, step_time, summarize
 from kvbench.sim.padding import padded_summary
 
 
@@ -21,6 +22,7 @@ class SimExecutor:
 
     def __init__(self, model_cfg, gpu_cfg, seed: int = 0, system_cfg=None):
         self.params = cost_params(model_cfg, gpu_cfg, system_cfg)  # MoE, MLA: kvbench.hf.cost_view
+        logging.getLogger("kvbench").info("%s", op_constants_source(gpu_cfg))
         self.vocab_size = int(model_cfg.vocab_size)
         self._rng = random.Random(seed)
 

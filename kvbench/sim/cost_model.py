@@ -91,6 +91,9 @@ measured operator and NCCL times (``kvbench-validate --fit-ops``; the fitted val
 A100 and H100 profiles, DEFAULTS hold the A100-80GB fit), and ``layer_overhead_s`` on
 published FasterTransformer latencies (``kvbench-validate --fit``); never on the PagedAttention
 paper's results. A profile may override any of them with a top-level key of the same name.
+``gpu.op_model`` picks the operator model: ``roofline`` (the default, every committed result)
+or ``fixed_floor`` (elementwise kernels with a minimum time, constants in the profile's
+``fixed_floor`` mapping, FIXED_FLOOR_DEFAULTS where unset; ``operators``).
 """
 from __future__ import annotations
 
@@ -100,7 +103,7 @@ from dataclasses import dataclass, field
 from kvbench.batch import BatchCounts
 from kvbench.geometry import DTYPE_BYTES, KVGeometry
 from kvbench.sim import allreduce
-from kvbench.sim.operators import OP_KEYS, LayerShape, gemm_s
+from kvbench.sim.operators import DEFAULT_OP_MODEL, OP_KEYS, OP_MODELS, LayerShape, gemm_s
 
 MiB = 1 << 20
 
@@ -299,9 +302,65 @@ def constant(gpu, system, name: str) -> float:
     return gpu_constant(gpu, name) if value is None else float(value)
 
 
+# The fixed_floor operator model fitted on the A100-80GB measurements (`kvbench-validate
+# --fit-ops`): what a profile selecting op_model fixed_floor without its own ``fixed_floor``
+# mapping takes, as DEFAULTS hold the roofline fit.
+FIXED_FLOOR_DEFAULTS: dict[str, float] = {
+    "gemm_eff_max": 0.7615,
+    "gemm_m_half": 90.95,
+    "gemm_n_half": 70.57,
+    "gemm_k_half": 60.1,
+    "gemm_eff_bw": 0.7748,
+    "norm_eff_bw": 0.3581,
+    "act_eff_bw": 0.4796,
+    "rope_eff_bw": 0.448,
+    "add_eff_bw": 0.991,
+    "gemm_fixed_s": 5.21e-06,
+    "norm_fixed_s": 8.934e-07,
+    "act_fixed_s": 1.253e-06,
+    "rope_fixed_s": 2.248e-06,
+    "add_fixed_s": 1.591e-06,
+    "norm_min_tokens": 140.2,
+    "act_min_tokens": 118.2,
+    "rope_min_tokens": 92.25,
+    "add_min_tokens": 0.08772,
+}
+
+
+def op_model(gpu) -> str:
+    """The profile's operator model (``operators.OP_MODELS``); ``roofline`` when unset."""
+    name = getattr(gpu, "op_model", None) or DEFAULT_OP_MODEL
+    if name not in OP_MODELS:
+        raise ValueError(f"gpu.op_model must be one of {list(OP_MODELS)}, got {name!r}")
+    return name
+
+
+def _own_op_constants(gpu) -> dict:
+    """The operator constants the profile itself sets for its op_model."""
+    if op_model(gpu) == "roofline":
+        return {key: getattr(gpu, key) for key in OP_KEYS if getattr(gpu, key, None) is not None}
+    own = getattr(gpu, "fixed_floor", None) or {}
+    return {key: own[key] for key in OP_MODELS["fixed_floor"] if own.get(key) is not None}
+
+
 def op_constants(gpu) -> dict[str, float]:
-    """The operator constants (``operators.OP_KEYS``) of a GPU profile, DEFAULTS where unset."""
-    return {key: gpu_constant(gpu, key) for key in OP_KEYS}
+    """The operator constants of a GPU profile's op_model: the profile's own where set, else the
+    A100-80GB fit (DEFAULTS for ``roofline``, FIXED_FLOOR_DEFAULTS for ``fixed_floor``)."""
+    if op_model(gpu) == "roofline":
+        return {key: gpu_constant(gpu, key) for key in OP_KEYS}
+    return {key: float(value) for key, value in (FIXED_FLOOR_DEFAULTS | _own_op_constants(gpu)).items()}
+
+
+def op_constants_source(gpu) -> str:
+    """One line naming where a profile's operator constants come from (for the run's log)."""
+    name, model = getattr(gpu, "name", "?"), op_model(gpu)
+    own = _own_op_constants(gpu)
+    if len(own) == len(OP_MODELS[model]):
+        origin = getattr(gpu, "op_constants_from", None) or f"{name}'s own measured operator times"
+        return f"operator constants (op_model {model}): gpu profile {name}, fitted on {origin}"
+    which = "none" if not own else f"{len(own)} of {len(OP_MODELS[model])}"
+    return (f"operator constants (op_model {model}): gpu profile {name} sets {which}; the rest are the "
+            f"a100-80gb fit (fit this GPU's own with kvbench-validate --fit-ops DIR)")
 
 
 def matmul_efficiency(gpu, hidden: int) -> float:

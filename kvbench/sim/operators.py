@@ -7,6 +7,19 @@ Each operator is a roofline plus a fixed cost per kind, ``time = <kind>_fixed_s 
         eff = gemm_eff_max * m / (m + gemm_m_half) * n / (n + gemm_n_half) * k / (k + gemm_k_half)
     elementwise (norm, act, rope, add): memory only, bytes read + written / (bw * <kind>_eff_bw)
 
+With ``op_model: fixed_floor`` (a GPU profile setting; ``roofline``, the formula above, is the
+default) an elementwise kernel also has a minimum time that grows with its row width: the
+kernels give each token row its own thread block(s), and a first wave of blocks takes as long
+with one row as with a GPU full of them:
+
+    elementwise (fixed_floor):     <kind>_fixed_s + max(tokens, <kind>_min_tokens) * bytes_per_token
+                                                    / (bw * <kind>_eff_bw)
+
+This is what the measured times show: a norm, activation or rotary kernel over 1 or 128 rows
+takes the same time (A100: flat to about 128-192 tokens, H100 to about 256), and that time
+scales with the row's bytes (hidden size, FFN width / TP). ``FLOOR_KEYS`` hold the
+``<kind>_min_tokens``, fitted with the other constants on the measured tables only.
+
 ``eff`` is Hockney's half-performance form on each GEMM dimension: narrow GEMMs fill the
 GPU's tiles and waves worse (NVIDIA, "Matrix Multiplication Background User's Guide": tile and
 wave quantization). Tensor parallelism narrows n (QKV, up) or k (O, down) by the TP degree.
@@ -40,6 +53,11 @@ OP_NAMES = ("input_layernorm", "attn_pre_proj", "attn_rope", "attn_post_proj", "
 KINDS = ("gemm", "norm", "act", "rope", "add")
 OP_KEYS = ("gemm_eff_max", "gemm_m_half", "gemm_n_half", "gemm_k_half",
            *(f"{kind}_eff_bw" for kind in KINDS), *(f"{kind}_fixed_s" for kind in KINDS))
+ELEMENTWISE_KINDS = ("norm", "act", "rope", "add")
+FLOOR_KEYS = tuple(f"{kind}_min_tokens" for kind in ELEMENTWISE_KINDS)  # fixed_floor only
+# op_model -> the constants it reads; "roofline" is the model every committed result used
+OP_MODELS: dict[str, tuple[str, ...]] = {"roofline": OP_KEYS, "fixed_floor": OP_KEYS + FLOOR_KEYS}
+DEFAULT_OP_MODEL = "roofline"
 
 
 def gemm_s(c: Mapping[str, float], peak: float, bw: float, m, k, n, dtype_bytes: int):
@@ -51,8 +69,13 @@ def gemm_s(c: Mapping[str, float], peak: float, bw: float, m, k, n, dtype_bytes:
     return np.where(m > 0, c["gemm_fixed_s"] + np.maximum(compute, memory), 0.0)
 
 
-def elementwise_s(c: Mapping[str, float], bw: float, kind: str, nbytes):
-    """Seconds of a memory-bound kernel moving ``nbytes``; 0 where nothing moves."""
+def elementwise_s(c: Mapping[str, float], bw: float, kind: str, nbytes, row_bytes: float = 0.0):
+    """Seconds of a memory-bound kernel moving ``nbytes`` in rows of ``row_bytes``; 0 where
+    nothing moves. With ``<kind>_min_tokens`` in ``c`` (``fixed_floor``) the kernel takes at
+    least as long as over that many rows (see the module docstring)."""
+    floor = c.get(f"{kind}_min_tokens")
+    if floor is not None:
+        nbytes = np.where(nbytes > 0, np.maximum(nbytes, floor * row_bytes), 0.0)
     return np.where(nbytes > 0, c[f"{kind}_fixed_s"] + nbytes / (bw * c[f"{kind}_eff_bw"]), 0.0)
 
 
@@ -103,7 +126,7 @@ class LayerShape:
         """Seconds per operator (``OP_NAMES``) for ``tokens`` tokens (a float or an array)."""
         out = {op: gemm_s(c, peak, bw, tokens, k, n, self.dtype_bytes) for op, (k, n) in self.gemm_dims().items()}
         for op, per_token in self.elementwise_bytes_per_token().items():
-            out[op] = elementwise_s(c, bw, ELEMENTWISE_KIND[op], tokens * per_token)
+            out[op] = elementwise_s(c, bw, ELEMENTWISE_KIND[op], tokens * per_token, per_token)
         return out
 
     def layer_s(self, c: Mapping[str, float], peak: float, bw: float, tokens) -> float:

@@ -5,7 +5,8 @@ decoder layer's non-attention work (median of repeats, ms) by tokens in the batc
 parallel degree, for Llama-2-7B/70B, CodeLlama-34B (A100, H100) and Llama-3-8B/70B (A100).
 A group is one (GPU, model, TP degree): every measured token count of every operator.
 
-``fit`` finds the operator constants (``operators.OP_KEYS``) of one GPU by robust least
+``fit`` finds the operator constants of one GPU (``operators.OP_MODELS[op_model]``: the
+``roofline`` model's, or ``fixed_floor``'s with the elementwise floors) by robust least
 squares on log(model / measured); ``held_out`` predicts each model (or each TP degree) from
 constants fitted on the other models (TP degrees) only. ``fit_allreduce`` fits the latency +
 ring fallback of the all-reduce to a measured NCCL table.
@@ -22,7 +23,8 @@ import numpy as np
 from scipy.optimize import least_squares
 
 from kvbench.sim import allreduce
-from kvbench.sim.operators import ELEMENTWISE_KIND, GEMM_OPS, OP_KEYS, OP_NAMES, LayerShape
+from kvbench.sim.operators import (DEFAULT_OP_MODEL, ELEMENTWISE_KIND, ELEMENTWISE_KINDS, FLOOR_KEYS, GEMM_OPS, OP_KEYS, OP_MODELS,
+                                   OP_NAMES, LayerShape)
 
 DATA_DIR = allreduce.DATA_DIR
 # GPU profile -> (operator data file, NCCL table): Vidur's a100 and h100 devices
@@ -37,7 +39,10 @@ OP_START: dict[str, tuple[float, float, float]] = {
     **{f"{kind}_eff_bw": (0.6, 0.01, 1.0) for kind in ("gemm", "norm", "act", "rope", "add")},
     **{f"{kind}_fixed_s": (3e-6, 0.0, 1e-3) for kind in ("gemm", "norm", "act", "rope", "add")},
 }
-assert set(OP_START) == set(OP_KEYS)
+OP_START |= {key: (100.0, 0.0, 1e4) for key in FLOOR_KEYS}
+assert set(OP_START) == set(OP_KEYS + FLOOR_KEYS)
+# batch regimes the errors are reported by: tokens in the step, (low, high] inclusive of high
+REGIMES: dict[str, tuple[float, float]] = {"<=64": (0, 64), "65-512": (64, 512), ">512": (512, float("inf"))}
 
 
 @dataclass(frozen=True)
@@ -59,6 +64,12 @@ def load_groups(gpu: str) -> list[OpGroup]:
     with gzip.open(DATA_DIR / f"compute_{data}.csv.gz", "rt", newline="") as f:
         for row in csv.DictReader(f):
             rows.setdefault((row["model"], int(row["num_tensor_parallel_workers"])), []).append(row)
+    return groups_of(gpu, rows)
+
+
+def groups_of(gpu: str, rows: dict[tuple[str, int], list[dict]]) -> list[OpGroup]:
+    """``OpGroup``s of rows in Vidur's CSV format keyed by (model, TP degree); KeyError or
+    ValueError on a missing column or a value that is not a number."""
     groups = []
     for (model, tp), rs in sorted(rows.items()):
         r = rs[0]
@@ -80,27 +91,69 @@ def predict(group: OpGroup, constants: dict[str, float], peak: float, bw: float)
     return group.shape.op_times(constants, peak, bw, group.tokens)
 
 
-def log_errors(groups: list[OpGroup], constants: dict[str, float], peak: float, bw: float) -> np.ndarray:
+def log_errors(groups: list[OpGroup], constants: dict[str, float], peak: float, bw: float,
+               ops: tuple[str, ...] = OP_NAMES) -> np.ndarray:
     out = []
     for g in groups:
         pred = predict(g, constants, peak, bw)
-        for op in OP_NAMES:
+        for op in ops:
             ok = g.measured_s[op] > 0
             out.append(np.log(pred[op][ok] / g.measured_s[op][ok]))
     return np.concatenate(out)
 
 
-def fit(groups: list[OpGroup], peak: float, bw: float) -> dict[str, float]:
-    """``OP_KEYS`` minimising a robust (soft L1, 10% scale) loss on log error over ``groups``."""
-    start, lower, upper = (np.array(col) for col in zip(*(OP_START[k] for k in OP_KEYS)))
+def fit(groups: list[OpGroup], peak: float, bw: float, op_model: str = DEFAULT_OP_MODEL) -> dict[str, float]:
+    """The constants of ``op_model`` (``OP_MODELS``) minimising a robust (soft L1, 10% scale)
+    loss on log error over ``groups``."""
+    if op_model == "roofline":  # one joint fit, as the shipped roofline constants were fitted
+        return _fit_keys(groups, peak, bw, OP_KEYS, OP_NAMES, {})[0]
+    # fixed_floor: each kind's residuals depend on its own constants only, so each kind is
+    # fitted alone; the kink of max(tokens, min_tokens) gets two starts, the better kept; each
+    # batch regime (REGIMES) weighs the same, or the many large-batch points would decide the
+    # decode-sized steps most simulated steps are
+    gemm_keys = tuple(k for k in OP_KEYS if k.startswith("gemm_"))
+    base = {k: OP_START[k][0] for k in OP_MODELS[op_model]}
+    out = _fit_keys(groups, peak, bw, gemm_keys, GEMM_OPS, base)[0]
+    base |= out
+    for kind in ELEMENTWISE_KINDS:
+        keys = (f"{kind}_eff_bw", f"{kind}_fixed_s", f"{kind}_min_tokens")
+        ops = tuple(op for op in OP_NAMES if ELEMENTWISE_KIND.get(op) == kind)
+        best = min((_fit_keys(groups, peak, bw, keys, ops, base, {keys[2]: start}, balanced=True)
+                    for start in MIN_TOKENS_STARTS),
+                   key=lambda fitted: fitted[1])
+        out |= best[0]
+    return {k: out[k] for k in OP_MODELS[op_model]}
+
+
+MIN_TOKENS_STARTS = (16.0, 256.0)
+
+
+def regime_weights(groups: list[OpGroup], ops: tuple[str, ...]) -> np.ndarray:
+    """Per residual of ``log_errors(..., ops)``: sqrt(points / (regimes * points of its regime))."""
+    tokens = np.concatenate([g.tokens[g.measured_s[op] > 0] for g in groups for op in ops])
+    weights = np.ones_like(tokens)
+    for low, high in REGIMES.values():
+        mask = (tokens > low) & (tokens <= high)
+        if mask.any():
+            weights[mask] = np.sqrt(len(tokens) / (len(REGIMES) * mask.sum()))
+    return weights
+
+
+def _fit_keys(groups: list[OpGroup], peak: float, bw: float, keys: tuple[str, ...], ops: tuple[str, ...],
+              fixed: dict[str, float], starts: dict[str, float] | None = None,
+              balanced: bool = False) -> tuple[dict[str, float], float]:
+    """(``keys`` minimising a robust (soft L1, 10% scale) loss on the log error of ``ops``, the
+    loss), the other constants held at ``fixed``; ``balanced``: ``regime_weights``."""
+    start, lower, upper = (np.array(col) for col in zip(*(OP_START[k] for k in keys)))
     scale = start
+    x0 = np.array([(starts or {}).get(k, s) for k, s in zip(keys, start)]) / scale
+    weights = regime_weights(groups, ops) if balanced else 1.0
 
     def residuals(x):
-        return log_errors(groups, dict(zip(OP_KEYS, x * scale)), peak, bw)
+        return weights * log_errors(groups, fixed | dict(zip(keys, x * scale)), peak, bw, ops)
 
-    result = least_squares(residuals, np.ones_like(start), bounds=(lower / scale, upper / scale),
-                           loss="soft_l1", f_scale=0.1)
-    return dict(zip(OP_KEYS, (result.x * scale).tolist()))
+    result = least_squares(residuals, x0, bounds=(lower / scale, upper / scale), loss="soft_l1", f_scale=0.1)
+    return dict(zip(keys, (result.x * scale).tolist())), float(result.cost)
 
 
 @dataclass(frozen=True)
@@ -112,6 +165,8 @@ class GroupError:
     tp: int
     by_kind: dict[str, np.ndarray]  # "gemm" | "norm" | "act" | "rope" | "add" | "all" -> |error|
     layer: np.ndarray  # |error| of the sum of the layer's operators, per token count
+    tokens_by_kind: dict[str, np.ndarray]  # the token count of each entry of by_kind
+    tokens: np.ndarray  # the token count of each entry of layer
 
 
 def op_kind(op: str) -> str:
@@ -123,29 +178,43 @@ def group_errors(groups: list[OpGroup], constants: dict[str, float], peak: float
     for g in groups:
         pred = predict(g, constants, peak, bw)
         kinds: dict[str, list[np.ndarray]] = {}
+        tokens: dict[str, list[np.ndarray]] = {}
         for op in OP_NAMES:
             ok = g.measured_s[op] > 0
             err = np.abs(pred[op][ok] / g.measured_s[op][ok] - 1.0)
-            kinds.setdefault(op_kind(op), []).append(err)
-            kinds.setdefault("all", []).append(err)
+            for kind in (op_kind(op), "all"):
+                kinds.setdefault(kind, []).append(err)
+                tokens.setdefault(kind, []).append(g.tokens[ok])
         layer = np.abs(sum(pred.values()) / sum(g.measured_s.values()) - 1.0)
-        out.append(GroupError(g.gpu, g.model, g.tp, {k: np.concatenate(v) for k, v in kinds.items()}, layer))
+        out.append(GroupError(g.gpu, g.model, g.tp, {k: np.concatenate(v) for k, v in kinds.items()}, layer,
+                              {k: np.concatenate(v) for k, v in tokens.items()}, g.tokens))
     return out
 
 
-def held_out(groups: list[OpGroup], key: Callable[[OpGroup], object], peak: float, bw: float) -> list[GroupError]:
+def held_out(groups: list[OpGroup], key: Callable[[OpGroup], object], peak: float, bw: float,
+             op_model: str = DEFAULT_OP_MODEL) -> list[GroupError]:
     """Each value of ``key`` (a model, a TP degree) predicted by constants fitted on the others."""
     out = []
     for value in sorted({key(g) for g in groups}):
-        constants = fit([g for g in groups if key(g) != value], peak, bw)
+        constants = fit([g for g in groups if key(g) != value], peak, bw, op_model)
         out += group_errors([g for g in groups if key(g) == value], constants, peak, bw)
     return out
 
 
-def summary(errors: list[GroupError], kind: str = "all") -> tuple[float, float]:
+def summary(errors: list[GroupError], kind: str = "all", regime: str | None = None) -> tuple[float, float]:
     """Median and 90th percentile of absolute error over the groups' points of a kind
-    (``layer`` for the whole layer)."""
-    values = np.concatenate([e.layer if kind == "layer" else e.by_kind.get(kind, np.empty(0)) for e in errors])
+    (``layer`` for the whole layer), of one batch regime (``REGIMES``) or all; NaN if none."""
+    values = []
+    for e in errors:
+        err, tokens = (e.layer, e.tokens) if kind == "layer" else (
+            e.by_kind.get(kind, np.empty(0)), e.tokens_by_kind.get(kind, np.empty(0)))
+        if regime is not None:
+            low, high = REGIMES[regime]
+            err = err[(tokens > low) & (tokens <= high)]
+        values.append(err)
+    values = np.concatenate(values)
+    if not values.size:
+        return float("nan"), float("nan")
     return float(np.median(values)), float(np.quantile(values, 0.9))
 
 
