@@ -13,7 +13,7 @@ step is classed by its batch:
 
 A step counts in the first class that applies, in the order preempt, swap/copy, prefill, other.
 Prints one line per run and the totals (steps and sequence-steps). One run per experiment under
-30 s of recorded wall time is 20-odd reruns: more than 15 minutes on the shared 2 cores.
+30 s of recorded wall time: 14 reruns took 15 minutes on the shared 2 cores (use --experiment).
 
     PYTHONPATH=. python scripts/decode_path_census.py [--root results/paper] [--per-experiment 1]
         [--max-wall 30] [--seed 0] [--experiment NAME ...]
