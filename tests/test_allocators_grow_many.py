@@ -22,8 +22,9 @@ STRATEGIES = [
 
 def books(alloc, live: list[int]) -> tuple:
     finals = {s: 64 for s in live}
+    cached = tuple(alloc.cached_blocks()) if hasattr(alloc, "cached_blocks") else ()  # prefix caches
     return (tuple(tuple(alloc.block_table(s)) for s in live), tuple(alloc.num_tokens(s) for s in live),
-            alloc.usage(finals), tuple(alloc.take_copy_ops()))
+            alloc.usage(finals), tuple(alloc.take_copy_ops()), alloc.stats(), cached)
 
 
 def twins(name: str, knobs: dict, seed: int):

@@ -24,9 +24,14 @@ def test_a_ratio_above_tolerance_regresses_and_drift_below_passes():
 def test_injected_slowdown_stretches_the_measurement(monkeypatch):
     monkeypatch.setenv("KVBENCH_BENCH_SLOWDOWN", "paged-16:1.5 paged-attention:2")
     assert gate._slowdowns() == {"paged-16": 1.5, "paged-attention": 2.0}
-    plain = gate._timed(lambda: time.sleep(0.02))
-    slowed = gate._timed(lambda: time.sleep(0.02), 2.0)
-    assert slowed > 1.6 * plain
+    def busy() -> None:  # CPU work: the gate times CPU time, which a sleep does not use
+        end = time.process_time() + 0.02
+        while time.process_time() < end:
+            pass
+
+    plain = gate._timed(busy)
+    slowed = gate._timed(busy, 2.0)
+    assert plain >= 0.02 and slowed > 1.6 * plain
 
 
 def test_committed_baseline_covers_every_measurement():

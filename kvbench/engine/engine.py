@@ -213,20 +213,24 @@ class Engine:
         sched = self.scheduler
         finished = 0
         next_tokens, stop_ids = result.next_tokens, self.cfg.stop_token_ids
+        forks = sched.pending_forks  # has_pending_forks(group) is bool(forks.get(group.request_id))
         for group in sched.sampled_groups:  # in the order of their first sampling chunk
             seqs = group.seqs
             if len(seqs) == 1 and group.forked and not group.is_beam and not stop_ids \
-                    and not sched.has_pending_forks(group):  # plain decode: _sample_step's one case
+                    and not (forks and forks.get(group.request_id)):  # plain decode: _sample_step's one case
                 seq = seqs[0]
                 token = next_tokens.get(seq.seq_id)
                 if token is not None:
                     seq.tokens.append(token)
-                    seq.num_generated += 1
-                if seq.num_generated > len(seq.token_times):
-                    seq.token_times.append(now)
+                    generated = seq.num_generated = seq.num_generated + 1
+                else:
+                    generated = seq.num_generated
+                times = seq.token_times
+                if generated > len(times):
+                    times.append(now)
                 if group.first_token_s is None:
                     group.first_token_s = now
-                if seq.stopped or seq.num_generated >= group.output_len:
+                if seq.stopped or generated >= group.output_len:
                     self._finish(group, seq.tokens, now)
                     finished += 1
                 continue

@@ -106,6 +106,7 @@ class Scheduler:
         self._swap_out: list[SwapOp] = []
         self._swap_in: list[SwapOp] = []
         self._preempted_now = False
+        self.plain_decodes = 0  # sequences of the last step on the decode fast path (read by a census)
         self.now = 0.0  # the engine's clock at the start of the step being scheduled
         self.order = make_queue_order(cfg.policy, allocator, max_wait_s=cfg.max_wait_s, sjf_error=cfg.sjf_error,
                                       seed=cfg.seed)
@@ -169,20 +170,21 @@ class Scheduler:
                 seqs = [group.seqs[0] for group in run]
                 grows = [(seq.seq_id, seq.tokens[-1:]) for seq in seqs]
                 grown = allocator.grow_many(grows)
+                add_chunk, block_table = chunks.append, allocator.block_table
                 for group, seq, (seq_id, new_tokens), slots in zip(run, seqs, grows, grown):
                     start = seq.num_computed
-                    seq.num_computed = start + 1
+                    end = seq.num_computed = start + 1
                     request = group.request
                     draws = request.n if (request.n > 1 and not group.forked) else 1
-                    chunks.append(SeqChunk(
-                        seq_id, new_tokens, start, allocator.block_table(seq_id) if tables else [],
+                    add_chunk(SeqChunk(
+                        seq_id, new_tokens, start, block_table(seq_id) if tables else [],
                         slots, True, 0, draws, group.request_id, seq.sample_index))
                     # BatchCounts.add of this one sampling token, term by term (added after the loop)
                     plain_draws += draws
-                    plain_pairs += start + 1
-                    plain_blocks += -(-(start + 1) // bs)
-                    sampled.append(group)
+                    plain_pairs += end
+                    plain_blocks += -(-end // bs)
                 done = len(grown)
+                sampled.extend(run[:done])
                 plain_seqs += done
                 budget -= done
                 seq_budget -= done
@@ -221,6 +223,7 @@ class Scheduler:
                     budget -= len(c.token_ids)
                 seq_budget -= len(group_chunks)
             i += 1
+        self.plain_decodes = plain_seqs
         counts.num_requests += plain_seqs
         counts.num_tokens += plain_seqs
         counts.num_sampled += plain_seqs
@@ -289,16 +292,18 @@ class Scheduler:
         """The running groups from index ``start`` on, at most ``limit``, in plain decode: one
         sequence with one token left to compute, not finished, no fork to make, not a beam."""
         run: list[Group] = []
+        if limit <= 0:  # a negative stop would slice from the end
+            return run
+        append = run.append
         running, pending_forks = self.running, self._pending_forks
-        for index in range(start, min(len(running), start + limit)):
-            group = running[index]
+        for group in running[start:start + limit]:
             seqs = group.seqs
-            if len(seqs) != 1 or group.is_beam or group.request_id in pending_forks:
+            if len(seqs) != 1 or group.is_beam or (pending_forks and group.request_id in pending_forks):
                 break
             seq = seqs[0]
             if len(seq.tokens) - seq.num_computed != 1 or seq.stopped or seq.num_generated >= group.output_len:
                 break
-            run.append(group)
+            append(group)
         return run
 
     def _count(self, group: Group, group_chunks: list[SeqChunk], counts: BatchCounts) -> None:
@@ -323,6 +328,11 @@ class Scheduler:
         head = self.swapped.popleft()
         self._release_host(head)
         self._reject(head, reason)
+
+    @property
+    def pending_forks(self) -> dict:
+        """request_id -> the forks still to make for that group (an entry may be empty); read only."""
+        return self._pending_forks
 
     def has_pending_forks(self, group: Group) -> bool:
         return bool(self._pending_forks.get(group.request_id))
