@@ -104,7 +104,7 @@ def run_nanovllm(nano: types.SimpleNamespace, requests: list) -> dict[str, float
 def kvbench_cfg(allocator: str, num_requests: int):
     from hydra import compose, initialize_config_dir
 
-    from kvbench.config import CONF_DIR
+    from kvbench.config.errors import CONF_DIR
 
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         return compose(config_name="config", overrides=[
@@ -117,7 +117,7 @@ def kvbench_cfg(allocator: str, num_requests: int):
 
 def kvbench_engine(cfg):
     """A fresh allocator, executor and engine, and the requests (not timed)."""
-    from kvbench.app import prepare
+    from kvbench.run.prepare import prepare
     from kvbench.engine import Engine, SchedulerConfig
 
     prep = prepare(cfg)
@@ -208,7 +208,7 @@ def main() -> None:
     nano = load_nanovllm(args.nanovllm)
     allocators = args.allocators.split(",")
     cfgs = {name: kvbench_cfg(name, args.requests) for name in allocators}
-    from kvbench.app import prepare
+    from kvbench.run.prepare import prepare
 
     requests = prepare(cfgs[allocators[0]]).workload.requests  # the same list every side runs
     sides = ["nano-vllm", *allocators]

@@ -55,7 +55,7 @@ def step_class(sched, batch) -> str:
 
 def census(cfg) -> tuple[Counter, Counter]:
     """(steps, sequence-steps) of one run by class."""
-    from kvbench.app import run
+    from kvbench.run.lifecycle import run
     from kvbench.engine.scheduler import Scheduler
 
     steps, seq_steps = Counter(), Counter()
