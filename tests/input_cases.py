@@ -40,7 +40,8 @@ SIGNED: set[str] = set()  # numeric knobs for which a negative value means somet
 NOT_VALUES = {"name", "experiment_name", "results_dir"}  # identity keys with cases of their own
 # free-form strings (names, paths, groups): only '' is wrong; every other string knob is a choice
 FREE_STRINGS = {"logger.project", "logger.entity", "logger.group", "logger.dir", "model.tokenizer", "model.path",
-                "workload.path"}
+                "workload.path",
+                "gpu.op_constants_from"}  # where the operator constants come from: a description
 
 
 def _bad_values(key: str, default) -> list[str]:

@@ -206,7 +206,7 @@ def test_failures_are_recorded_in_the_sweep_dir(tmp_path):
     record_failure(tmp_path / "sweep", 3, "seed=3", "boom")
     with open(tmp_path / "sweep" / "failed_jobs.jsonl", "a") as f:
         f.write('{"torn"')
-    assert read_failures(tmp_path / "sweep") == [{"job": 3, "overrides": "seed=3", "error": "boom"}]
+    assert read_failures(tmp_path / "sweep") == [{"job": 3, "overrides": "seed=3", "error": "boom", "kept": False}]
     assert read_failures(tmp_path / "missing") == []
 
 

@@ -207,6 +207,8 @@ class ComparisonTable(Callback):
             log.warning("could not note the multirun's start: %s", exc)
 
     def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
+        if config.hydra.mode != RunMode.MULTIRUN:  # a single run has no job number
+            return
         _JOB_STARTS[int(config.hydra.job.num)] = time.time()
 
     def on_job_end(self, config: DictConfig, job_return: Any, **kwargs: Any) -> None:
