@@ -180,6 +180,12 @@ class Allocator(abc.ABC):
             raise AllocatorError(f"unknown sequence {seq_id}")
         return seq
 
+    @property
+    def max_seq_tokens(self) -> int:
+        """The most tokens one sequence can ever hold (requests longer are rejected on arrival):
+        the pool's slots, except for strategies whose groups drop old tokens."""
+        return self.num_slots
+
     def cached_prefix_len(self, tokens: Sequence[int]) -> int:
         """How many leading ``tokens`` an admit now would find cached (read-only; the
         longest-prefix-match queue order asks it). 0 for allocators without a prefix cache."""

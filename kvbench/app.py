@@ -101,6 +101,9 @@ def _allocator(cfg: DictConfig, geometry: KVGeometry, kv_bytes: int):
         knobs.setdefault("token_bytes", geometry.num_kv_heads * geometry.head_size * geometry.dtype_bytes)
     if cfg.allocator.name == "paged_window":
         _window_knob(cfg, geometry, knobs)
+    from kvbench.group_knobs import group_knobs
+
+    group_knobs(cfg, geometry, knobs)
     from kvbench.peers import PEERS, build_peer
     build = build_peer if cfg.allocator.name in PEERS else build_allocator
     try:

@@ -79,9 +79,11 @@ def validate(cfg) -> None:
         _positive_int(f"model.{key}", model[key])
     _choice(cfg, "model.dtype", model.dtype, ("float32", "float16", "bfloat16"))
     from kvbench.geometry import layer_windows
+    from kvbench.layer_groups import layer_groups
 
     try:
         layer_windows(model)
+        layer_groups(model)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     if model.num_heads % model.num_kv_heads:
