@@ -15,7 +15,9 @@ shared partly filled block, as ``paged``) and gives the child its own state bloc
 The strategies differ only in the pool (``allocators.group_pools``); ``block_table`` is the
 first group's table (dropped entries are ``DROPPED``) and ``CopyOp``s name that group's slots.
 
-Breakdown, in BYTES (``MemoryUsage.total`` is the pool's bytes): a block's computed tokens
+Breakdown, in units of ``unit_bytes`` (the greatest common divisor of every byte count here: on a
+uniform model one slot, so the counts equal ``paged``'s; ``MemoryUsage.total`` is the pool's
+bytes / ``unit_bytes``). A block's computed tokens
 (times its group's bytes per token) are ``token``, its empty positions the owner will fill
 ``reserved``, the rest of the block (empty positions never filled, page padding) ``internal``;
 a state block is ``token`` for its state and ``internal`` for its padding; everything not in a
@@ -25,6 +27,7 @@ block is ``external`` (for ``lcm`` that includes carved blocks that are free).
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -103,6 +106,8 @@ class GroupedAllocator(Allocator):
         self.slot_bytes = default_slot if slot_bytes is None else check_length("slot_bytes", slot_bytes, 1)
         self.pool_bytes = num_slots * self.slot_bytes
         self.pool = self._make_pool()
+        self.unit_bytes = math.gcd(self.slot_bytes, *self.pool.block_bytes,
+                                   *(g.token_bytes or g.state_bytes for g in self.groups))
         self._seqs: dict[int, _Seq] = {}
         self._ref: list[dict[int, int]] = [{} for _ in self.groups]  # group index -> block -> refs
         self._copy_ops: list[CopyOp] = []
@@ -323,7 +328,8 @@ class GroupedAllocator(Allocator):
         token = sum(p[0] for p in parts)
         reserved = sum(p[1] for p in parts)
         internal = sum(p[2] for p in parts)
-        return MemoryUsage(token, reserved, internal, self.pool_bytes - token - reserved - internal)
+        u = self.unit_bytes
+        return MemoryUsage(token // u, reserved // u, internal // u, (self.pool_bytes - token - reserved - internal) // u)
 
     def stats(self) -> dict[str, float | int | None]:
         """As ``paged``'s, counted on the first group (slots = its tokens), plus bytes per kind."""

@@ -110,15 +110,12 @@ def hf_layer_types(config) -> list[str]:
     """kvbench ``layer_types`` of a transformers config: its ``layer_types`` where it has them,
     else its block pattern (Jamba's ``layers_block_type``, Bamba's ``attn_layer_indices``,
     Nemotron-H's ``hybrid_override_pattern``), keeping only layers that hold KV or state."""
-    layers = int(config.num_hidden_layers) if hasattr(config, "num_hidden_layers") else None
     types = getattr(config, "layer_types", None)
     if types is None:
         types = getattr(config, "layers_block_type", None)
     if types is None:
         raise ValueError(f"{type(config).__name__} names no layer types")
-    kept = [str(t) for t in types if str(t) not in ("mlp", "moe")]
-    if layers is not None and len(kept) not in (layers, 0) and len(types) == layers:
-        raise ValueError(f"{type(config).__name__}: {len(kept)} KV layers of {layers}")
+    kept = [str(t) for t in types if str(t) not in ("mlp", "moe")]  # Nemotron-H lists its MLP blocks too
     unknown = sorted(set(kept) - set(LAYER_TYPES))
     if unknown:
         raise ValueError(f"{type(config).__name__}: unknown layer types {unknown}")
@@ -153,3 +150,24 @@ def state_bytes_from_hf(config, dtype_bytes: int) -> int:
         return ((inner + 2 * groups * d_state) * (d_conv - 1) + inner * d_state) * dtype_bytes
     inner = c.mamba_expand * c.hidden_size
     return (inner * (c.mamba_d_conv - 1) + inner * c.mamba_d_state) * dtype_bytes
+
+
+def hf_model_fields(config, dtype: str = "bfloat16") -> dict:
+    """The kvbench model fields that set a transformers config's layer groups. Per-layer shapes
+    (Gemma 4's ``per_layer_config``: its global layers' own head size and KV heads) become
+    ``full_head_size`` / ``full_num_kv_heads``."""
+    d = config.to_dict()
+    types = hf_layer_types(config)
+    head = d.get("head_dim") or d["hidden_size"] // d["num_attention_heads"]
+    fields = {
+        "num_layers": len(types), "layer_types": types, "dtype": dtype, "max_model_len": 1 << 30,
+        "num_kv_heads": d["num_key_value_heads"], "head_size": head,
+        "sliding_window": d.get("sliding_window"), "attention_chunk_size": d.get("attention_chunk_size"),
+    }
+    for index, override in (d.get("per_layer_config") or {}).items():
+        if types[int(index)] in FULL_TYPES:
+            fields["full_head_size"] = override.get("head_dim", fields.get("full_head_size"))
+            fields["full_num_kv_heads"] = override.get("num_key_value_heads", fields.get("full_num_kv_heads"))
+    if set(types) & (set(STATE_TYPES) | {"hybrid"}):
+        fields["state_bytes_per_layer"] = state_bytes_from_hf(config, DTYPE_BYTES[dtype])
+    return fields
