@@ -67,6 +67,7 @@ class MemoryUsage:
     internal: int  # allocated, and no owner will ever fill it
     external: int  # not allocated and holding nothing reusable
     cached: int | None = None  # not allocated, holding prefix K/V a later request may reuse
+    token_slots: int | None = None  # distinct computed tokens when the counts above are not slots (mixed models)
 
     @property
     def total(self) -> int:

@@ -17,7 +17,8 @@ first group's table (dropped entries are ``DROPPED``) and ``CopyOp``s name that 
 
 Breakdown, in units of ``unit_bytes`` (the greatest common divisor of every byte count here: on a
 uniform model one slot, so the counts equal ``paged``'s; ``MemoryUsage.total`` is the pool's
-bytes / ``unit_bytes``). A block's computed tokens
+bytes / ``unit_bytes``; ``token_slots`` holds the first group's distinct computed tokens, which
+the results count as the physical slots of ``sharing_saving_frac``). A block's computed tokens
 (times its group's bytes per token) are ``token``, its empty positions the owner will fill
 ``reserved``, the rest of the block (empty positions never filled, page padding) ``internal``;
 a state block is ``token`` for its state and ``internal`` for its padding; everything not in a
@@ -329,7 +330,11 @@ class GroupedAllocator(Allocator):
         reserved = sum(p[1] for p in parts)
         internal = sum(p[2] for p in parts)
         u = self.unit_bytes
-        return MemoryUsage(token // u, reserved // u, internal // u, (self.pool_bytes - token - reserved - internal) // u)
+        held = None  # a uniform model: the counts are slots already
+        if len(self.groups) > 1 or self.attention[0].kind != "full":
+            held = parts[0][0] // self.attention[0].token_bytes  # distinct computed tokens of the first group
+        return MemoryUsage(token // u, reserved // u, internal // u, (self.pool_bytes - token - reserved - internal) // u,
+                           token_slots=held)
 
     def stats(self) -> dict[str, float | int | None]:
         """As ``paged``'s, counted on the first group (slots = its tokens), plus bytes per kind."""

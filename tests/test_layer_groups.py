@@ -132,3 +132,14 @@ def test_on_a_uniform_model_a_sim_run_equals_paged(name, tmp_path):
     differ = {k for k in paged if k not in skip and paged[k] != other.get(k)}
     assert not {k for k in differ if not k.endswith(("_wall_s", "_time", "_at"))}, differ
     assert paged["num_preemptions"] > 0  # the pool is tight enough to matter
+
+
+def test_a_mixed_model_run_counts_no_sharing_and_a_whole_breakdown(tmp_path):
+    from kvbench.app import run
+
+    summary = run(_compose("allocator=hybrid", "model=gemma-2-2b", "model.sliding_window=64", "workload=synthetic",
+                           "workload.num_requests=30", "engine.kv_cache_bytes=2e8", f"results_dir={tmp_path}"))
+    assert summary["num_finished"] == 30
+    assert summary["sharing_saving_frac"] == 0.0  # one sample a request: nothing shared
+    fractions = [summary[k] for k in ("mem_token_frac", "mem_reserved_frac", "mem_internal_frac", "mem_external_frac")]
+    assert abs(sum(fractions) - 1) < 1e-9
