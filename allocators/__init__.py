@@ -8,6 +8,9 @@
     paged_prefix  PagedPrefixAllocator(num_slots, block_size=16, eviction="lru", debug=False)
     paged_window  PagedWindowAllocator(num_slots, block_size=16, window (tokens, required), debug=False)
     radix         RadixAllocator(num_slots, block_size=16, insert_running=True, eviction="lru", debug=False)
+    uniform, hybrid_static, hybrid, lcm   mixed models (allocators.hybrid): num_slots, block_size=16,
+                  groups (kind, size, token_bytes, state_bytes each), slot_bytes=None, prefill_chunk=2048, debug=False;
+                  hybrid_static also ratios=None, max_model_len=2048
     vattention    VAttentionAllocator(num_slots, block_size=None (auto), page_bytes=2 MiB, token_bytes=2048, reclaim="unmap", debug=False)
 
 block_size is a power of two for every strategy. ``eviction`` (paged_prefix, radix) orders the
@@ -35,6 +38,7 @@ from allocators.base import (
     check_length,
 )
 from allocators.buddy import BuddyAllocator
+from allocators.hybrid import HybridAllocator, HybridStaticAllocator, LcmAllocator, UniformAllocator
 from allocators.contiguous import ContiguousAllocator
 from allocators.paged import PagedAllocator
 from allocators.paged_prefix import PagedPrefixAllocator
@@ -51,7 +55,12 @@ STRATEGIES: dict[str, type[Allocator]] = {
     "paged_window": PagedWindowAllocator,
     "radix": RadixAllocator,
     "vattention": VAttentionAllocator,
+    "uniform": UniformAllocator,
+    "hybrid_static": HybridStaticAllocator,
+    "hybrid": HybridAllocator,
+    "lcm": LcmAllocator,
 }
+GROUPED = ("uniform", "hybrid_static", "hybrid", "lcm")  # take the model's layer groups
 
 
 def knobs_of(name: str) -> list[str]:
@@ -78,6 +87,11 @@ __all__ = [
     "AllocatorError",
     "BuddyAllocator",
     "ContiguousAllocator",
+    "GROUPED",
+    "HybridAllocator",
+    "HybridStaticAllocator",
+    "LcmAllocator",
+    "UniformAllocator",
     "CopyOp",
     "Fit",
     "MemoryUsage",

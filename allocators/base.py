@@ -67,6 +67,7 @@ class MemoryUsage:
     internal: int  # allocated, and no owner will ever fill it
     external: int  # not allocated and holding nothing reusable
     cached: int | None = None  # not allocated, holding prefix K/V a later request may reuse
+    token_slots: int | None = None  # distinct computed tokens when the counts above are not slots (mixed models)
 
     @property
     def total(self) -> int:
@@ -179,6 +180,12 @@ class Allocator(abc.ABC):
         if seq is None:
             raise AllocatorError(f"unknown sequence {seq_id}")
         return seq
+
+    @property
+    def max_seq_tokens(self) -> int:
+        """The most tokens one sequence can ever hold (requests longer are rejected on arrival):
+        the pool's slots, except for strategies whose groups drop old tokens."""
+        return self.num_slots
 
     def cached_prefix_len(self, tokens: Sequence[int]) -> int:
         """How many leading ``tokens`` an admit now would find cached (read-only; the

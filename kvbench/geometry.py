@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
+from kvbench.layer_groups import DTYPE_BYTES, layer_groups
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +32,7 @@ class KVGeometry:
     windows: tuple[int | None, ...] = ()  # per layer sliding window; () = full attention everywhere
     v_head_size: int | None = None  # V's head size when it differs from K's (MLA); None = head_size
     latent_size: int | None = None  # MLA: kv_lora_rank + qk_rope_head_dim cached per layer; None = not MLA
+    groups: tuple = ()  # kvbench.layer_groups.LayerGroup of a mixed model; () = uniform (one full group)
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPE_BYTES:
@@ -63,6 +64,8 @@ class KVGeometry:
         """The KV cache of one token, all layers: K and V per KV head, or MLA's latent and rope key."""
         if self.latent_size is not None:
             return self.num_layers * self.latent_size * self.dtype_bytes
+        if self.groups:  # a mixed model: the attention groups' per-token bytes (state layers hold none)
+            return sum(g.token_bytes for g in self.groups)
         return self.pool_bytes_per_slot
 
     @property
@@ -81,11 +84,20 @@ class KVGeometry:
             raise ValueError("model.kv_lora_rank and model.qk_rope_head_dim (MLA) are set together or not at all")
         return cls(int(model.num_layers), int(model.num_kv_heads), int(model.head_size), str(model.dtype),
                    layer_windows(model), None if v_head_size is None else int(v_head_size),
-                   None if rank is None else int(rank) + int(rope))
+                   None if rank is None else int(rank) + int(rope), _mixed_groups(model))
 
 
 def _field(model, key: str):
     return model.get(key) if hasattr(model, "get") else getattr(model, key, None)
+
+
+def _mixed_groups(model) -> tuple:
+    """The layer groups of a mixed model; () for a uniform one or one whose layers all slide alike
+    (those keep their classic geometry, so their results stay as they were)."""
+    groups = layer_groups(model)
+    if len(groups) == 1 and groups[0].kind in ("full", "window"):
+        return ()
+    return groups
 
 
 def layer_windows(model) -> tuple[int | None, ...]:
@@ -101,6 +113,9 @@ def layer_windows(model) -> tuple[int | None, ...]:
         return (int(window),) * layers
     types = list(types)
     allowed = {"sliding_attention", "full_attention"}
+    if not set(types) <= allowed:  # chunked or state layers too: kvbench.layer_groups checks them
+        layer_groups(model)
+        return tuple(int(window) if t == "sliding_attention" else None for t in types)
     if len(types) != layers or not set(types) <= allowed:
         raise ValueError(f"model.layer_types must list {layers} entries of {sorted(allowed)}, got {types}")
     return tuple(int(window) if t == "sliding_attention" else None for t in types)

@@ -376,6 +376,8 @@ def test_prefix_fork_copy_on_write():
 def test_bad_input_raises_one_clear_error(name):
     small = {"vattention": dict(page_bytes=64, token_bytes=4),  # 16-token pages
              "paged_window": dict(window=64)}.get(name, {})
+    if name in ("uniform", "hybrid_static", "hybrid", "lcm"):  # mixed-model strategies: one full group here
+        small = dict(groups=[("full", None, 1, 0)])
     with pytest.raises(AllocatorError, match="block_size must be a power of two >= 1, got 0"):
         build(name, 64, block_size=0, **small)
     with pytest.raises(AllocatorError, match="power of two"):
@@ -403,9 +405,10 @@ def test_bad_input_raises_one_clear_error(name):
 
 
 def test_registry_names_strategies_and_knobs():
-    assert set(STRATEGIES) == {"contiguous", "buddy", "paged", "paged_prefix", "paged_window", "radix", "vattention"}
+    assert set(STRATEGIES) == {"contiguous", "buddy", "paged", "paged_prefix", "paged_window", "radix", "vattention",
+                               "uniform", "hybrid_static", "hybrid", "lcm"}
     with pytest.raises(AllocatorError, match="unknown allocator 'slab'; allowed: contiguous, buddy, paged, paged_prefix, "
-                                             "paged_window, radix, vattention"):
+                                             "paged_window, radix, vattention, uniform, hybrid_static, hybrid, lcm"):
         build("slab", 64)
     with pytest.raises(AllocatorError, match="allocator 'paged' has no knob reserve; allowed: block_size, debug"):
         build("paged", 64, reserve="max")

@@ -8,6 +8,7 @@ from allocators import STRATEGIES
 from kvbench.config.errors import ConfigError
 from kvbench.config.validate import check_rules
 from kvbench.geometry import layer_windows
+from kvbench.layer_groups import layer_groups
 from kvbench.peers import PEERS
 
 
@@ -76,6 +77,7 @@ def validate(cfg) -> None:
     _choice(cfg, "model.dtype", model.dtype, ("float32", "float16", "bfloat16"))
     try:
         layer_windows(model)
+        layer_groups(model)
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     if model.num_heads % model.num_kv_heads:

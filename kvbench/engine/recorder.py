@@ -69,7 +69,7 @@ class Recorder:
         col["mem_external_frac"].append(usage.external / total)
         col["mem_cached_frac"].append(math.nan if usage.cached is None else usage.cached / total)
         col["logical_slots"].append(logical_slots)
-        col["token_slots"].append(usage.token)
+        col["token_slots"].append(usage.token if usage.token_slots is None else usage.token_slots)
         col["logical_blocks"].append(blocks[0] if blocks else math.nan)  # NaN: no shareable blocks
         col["physical_blocks"].append(blocks[1] if blocks else math.nan)
         col["copy_slots"].append(sum(op.length for op in batch.copy_ops))

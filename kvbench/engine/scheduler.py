@@ -128,7 +128,7 @@ class Scheduler:
         elif request.prompt_len + request.output_len > self.cfg.max_model_len:
             self._reject(group, f"prompt {request.prompt_len} + output {request.output_len} tokens "
                                 f"exceed max_model_len {self.cfg.max_model_len}")
-        elif group.kv_final_len > self.allocator.num_slots:
+        elif group.kv_final_len > getattr(self.allocator, "max_seq_tokens", self.allocator.num_slots):
             self._reject(group, f"needs {group.kv_final_len} KV slots; the pool has {self.allocator.num_slots}")
         elif not self.cfg.chunked_prefill and request.prompt_len > self.cfg.max_num_batched_tokens:
             self._reject(group, f"prompt of {request.prompt_len} tokens exceeds max_num_batched_tokens "

@@ -12,6 +12,7 @@ from kvbench.config.compose import validate
 from kvbench.config.spec import RunSpec, pool_slots, scheduler_limits
 from kvbench.engine.policy_checks import check_priorities
 from kvbench.geometry import KVGeometry
+from kvbench.run.group_knobs import group_knobs
 from kvbench.sim.offload import build_tiers
 from kvbench.peers import PEERS, build_peer
 from kvbench.workloads import WorkloadError, build_workload
@@ -80,6 +81,7 @@ def _allocator(cfg: DictConfig, spec: RunSpec):
         knobs.setdefault("token_bytes", geometry.num_kv_heads * geometry.head_size * geometry.dtype_bytes)
     if cfg.allocator.name == "paged_window":
         _window_knob(cfg, geometry, knobs)
+    group_knobs(cfg, geometry, knobs)
     build = build_peer if cfg.allocator.name in PEERS else build_allocator
     try:
         return build(cfg.allocator.name, spec.num_slots, debug=bool(cfg.engine.debug), **knobs)

@@ -110,6 +110,9 @@ MiB = 1 << 20
 # Families the cost model counts: OPT, and dense decoders with a gate/up/down MLP and RMSNorm (Q/K/V
 # biases for Qwen2). Mixture-of-experts and two-matrix-MLP families run on backend=hf only.
 FAMILIES = ("opt", "llama", "mistral", "qwen2", "qwen3", "phi3", "gemma", "gemma2", "gemma3_text", "olmo", "olmo2")
+# Mixed models (conf/model: gpt-oss, Llama 4, Qwen3-Next, Jamba, Falcon-H1): timed as dense Llama-style
+# layers whose intermediate_size is the ACTIVE FFN width; state layers timed as attention layers.
+FAMILIES += ("gpt_oss", "llama4_text", "qwen3_next", "jamba", "falcon_h1")
 
 DEFAULTS: dict[str, float] = {
     # Operator constants (kvbench/sim/operators.py): GEMM efficiency by shape, achieved

@@ -1,0 +1,93 @@
+"""The four strategies for mixed models (``allocators.grouped`` with one pool design each).
+
+    uniform        every attention layer paged as if it were full attention (one group of all
+                   their bytes, PagedAttention's view); state groups keep one block per request
+    hybrid_static  one pool per group, split by ``ratios`` (default: what one request of
+                   ``max_model_len`` tokens needs in each group)
+    hybrid         one shared pool, a page size common to all groups: the page holds
+                   ``block_size`` tokens of the smallest attention group (or, when the largest is
+                   under 1.25x the smallest, of the largest: vLLM v1's rule), a larger group's
+                   block takes as many pages as it needs, a state block enough pages for the state
+    lcm            large pages of the least common multiple of the groups' block sizes, carved
+                   into one group's blocks on demand (Jenga)
+"""
+from __future__ import annotations
+
+from allocators.base import AllocatorError, ceil_div, check_length
+from allocators.group_pools import LcmPool, SharedPool, StaticPools
+from allocators.grouped import GroupedAllocator, GroupSpec, parse_groups
+
+
+class UniformAllocator(GroupedAllocator):
+    """Paging as if every attention layer were full (the baseline the hybrid papers use)."""
+
+    name = "uniform"
+
+    def __init__(self, num_slots: int, block_size: int = 16, groups=None, slot_bytes: int | None = None,
+                 prefill_chunk: int = 2048, debug: bool = False) -> None:
+        specs = parse_groups(groups)
+        merged = [("full", None, sum(g.token_bytes for g in specs if g.kind != "state"), 0)]
+        merged += [(g.kind, g.size, g.token_bytes, g.state_bytes) for g in specs if g.kind == "state"]
+        super().__init__(num_slots, block_size, merged, slot_bytes, prefill_chunk, debug)
+
+    def _make_pool(self):
+        page = self.block_size * self.attention[0].token_bytes
+        return SharedPool(self.pool_bytes, page, [1] + [ceil_div(g.state_bytes, page) for g in self.state])
+
+
+class HybridAllocator(GroupedAllocator):
+    """One block pool shared by every group, one page size (vLLM v1's hybrid KV cache)."""
+
+    name = "hybrid"
+
+    def _make_pool(self):
+        sizes = [g.token_bytes for g in self.attention]
+        unit = max(sizes) if max(sizes) < 1.25 * min(sizes) else min(sizes)
+        page = self.block_size * unit
+        pages = [ceil_div(s, unit) for s in sizes] + [ceil_div(g.state_bytes, page) for g in self.state]
+        return SharedPool(self.pool_bytes, page, pages)
+
+
+class LcmAllocator(GroupedAllocator):
+    """Two-level: large pages of the LCM of the group block sizes, carved on demand (Jenga)."""
+
+    name = "lcm"
+
+    def _make_pool(self):
+        return LcmPool(self.pool_bytes, _exact_block_bytes(self.groups, self.block_size))
+
+
+class HybridStaticAllocator(GroupedAllocator):
+    """One pool per group, the pool's bytes split by a fixed ratio."""
+
+    name = "hybrid_static"
+
+    def __init__(self, num_slots: int, block_size: int = 16, groups=None, slot_bytes: int | None = None,
+                 ratios=None, max_model_len: int = 2048, prefill_chunk: int = 2048, debug: bool = False) -> None:
+        self._ratios = ratios
+        self._max_model_len = check_length("max_model_len", max_model_len, 1)
+        super().__init__(num_slots, block_size, groups, slot_bytes, prefill_chunk, debug)
+
+    def _make_pool(self):
+        blocks = _exact_block_bytes(self.groups, self.block_size)
+        if self._ratios is None:
+            weights = [_max_request_bytes(g, self._max_model_len) for g in self.groups]
+        else:
+            weights = list(self._ratios)
+            if len(weights) != len(self.groups) or any(not isinstance(w, (int, float)) or w <= 0 for w in weights):
+                raise AllocatorError(f"ratios must list {len(self.groups)} numbers > 0 (one per group: "
+                                     f"{', '.join(g.kind for g in self.groups)}); got {self._ratios!r}")
+        total = sum(weights)
+        return StaticPools(self.pool_bytes, [int(self.pool_bytes * w / total) for w in weights], blocks)
+
+
+def _exact_block_bytes(groups: list[GroupSpec], block_size: int) -> list[int]:
+    return [g.state_bytes if g.kind == "state" else block_size * g.token_bytes for g in groups]
+
+
+def _max_request_bytes(group: GroupSpec, max_model_len: int) -> int:
+    """What one request of ``max_model_len`` tokens holds in ``group`` at most."""
+    if group.kind == "state":
+        return group.state_bytes
+    tokens = max_model_len if group.kind == "full" else min(group.size, max_model_len)
+    return tokens * group.token_bytes
