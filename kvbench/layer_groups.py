@@ -83,14 +83,15 @@ def layer_groups(model) -> tuple[LayerGroup, ...]:
             counts["chunked"] += 1
         if t in STATE_TYPES or t == "hybrid":
             counts["state"] += 1
-    max_len = int(_field(model, "max_model_len"))
+    max_len = _field(model, "max_model_len")  # absent from a bare geometry config: no window check
+    max_len = int(max_len) if max_len is not None else None
     groups = []
     if counts["full"]:
         groups.append(LayerGroup("full", None, counts["full"], counts["full"] * full_per_layer))
     for kind, key in (("window", "sliding_window"), ("chunked", "attention_chunk_size")):
         if counts[kind]:
             size = _positive(model, key)
-            if size > max_len:
+            if max_len is not None and size > max_len:
                 raise ValueError(f"model.{key}={size} is larger than the model's context "
                                  f"(model.max_model_len={max_len})")
             groups.append(LayerGroup(kind, size, counts[kind], counts[kind] * per_layer))

@@ -140,7 +140,9 @@ def _append_rows(args) -> None:
 def test_concurrent_appends_keep_every_row_whole(tmp_path):
     index = str(tmp_path / "index.jsonl")
     workers, count = 4, 15
-    with mp.get_context("fork").Pool(workers) as pool:
+    # spawn, not fork: a fork of a process with threads (a W&B service an earlier test started) can
+    # deadlock in the child on a lock another thread held
+    with mp.get_context("spawn").Pool(workers) as pool:
         pool.map(_append_rows, [(index, w, count) for w in range(workers)])
     lines = open(index).read().splitlines()
     assert len(lines) == workers * count
