@@ -287,7 +287,18 @@ WANDB_CASES: dict[str, Callable[[Path], dict[str, Any]]] = {
 
 def run_inprocess_case(case_id: str, tmp: Path) -> dict[str, Any]:
     if case_id in WANDB_CASES:
-        result = WANDB_CASES[case_id](tmp)
+        environ = dict(os.environ)
+        try:
+            result = WANDB_CASES[case_id](tmp)
+        finally:  # a failed run stops W&B's service (kvbench.loggers.wandb_logger); later runs in this
+            import wandb  # process need a fresh one, and the environment as it was
+
+            try:
+                wandb.teardown()
+            except Exception:  # noqa: BLE001 -- the service is already gone
+                pass
+            os.environ.clear()
+            os.environ.update(environ)
     else:
         result = run_trace_case(next(c for c in TRACE_CASES if c.case_id == case_id), tmp)
     return {"case": case_id, **result}
