@@ -151,8 +151,8 @@ def block_saving(steps: pd.DataFrame, weights: np.ndarray) -> float | None:
     known = ~np.isnan(per_sequence)
     if not known.any():
         return None
-    held = float(np.dot(per_sequence[known], weights[known]))
-    return (held - float(np.dot(distinct[known], weights[known]))) / held if held > 0 else None
+    held = math.fsum(per_sequence[known] * weights[known])  # fsum: one rounding on every CPU
+    return (held - math.fsum(distinct[known] * weights[known])) / held if held > 0 else None
 
 
 def summarize(steps: pd.DataFrame, requests: pd.DataFrame, *, num_preemptions: int,
