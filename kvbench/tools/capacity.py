@@ -27,6 +27,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
 
+from kvbench.cli import OneLineParser
 from kvbench.config.errors import CONF_DIR
 from kvbench.metrics import parse_percentiles
 from kvbench.results.naming import allocator_label
@@ -234,7 +235,7 @@ def capacity(overrides: Sequence[str], slo_text: str, knob: str = "request_rate"
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="kvbench-capacity", description=__doc__.split("\n\n")[0],
+    p = OneLineParser(prog="kvbench-capacity", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("overrides", nargs="*", help="kvbench overrides (allocator=a,b searches each allocator)")
     p.add_argument("--slo", required=True, help="METRIC=BOUND,... e.g. p99_ttft_ms=2000,p99_tpot_ms=100 "

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from kvbench.cli import OneLineParser
 from kvbench.results.naming import cell
 from kvbench.tools.plot_data import (PlotError, check_columns, combine, is_numeric, is_setting, load_runs, select,
                                      series_points, steps_points)
@@ -214,7 +215,7 @@ def _columns(text: str | None) -> list[str]:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="kvbench-plot", description=__doc__.split("\n\n")[0],
+    p = OneLineParser(prog="kvbench-plot", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("source", help="an index file, a results folder (its index.jsonl) or a sweep's directory")
     p.add_argument("--x", required=True, help="the column on the x axis (a setting or a metric)")

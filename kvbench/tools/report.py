@@ -26,6 +26,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from kvbench.cli import OneLineParser
 from kvbench.results.compare import compare_groups
 from kvbench.results.grouping import settings_that_vary
 from kvbench.results.naming import cell
@@ -268,7 +269,7 @@ def write_report(text: str, out: Path, force: bool) -> Path:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="kvbench-report", description=__doc__.split("\n\n")[0])
+    p = OneLineParser(prog="kvbench-report", description=__doc__.split("\n\n")[0])
     p.add_argument("source", help="a sweep's directory, a results folder or an index file")
     p.add_argument("--out", default="kvbench-report.html", help="the HTML file (default %(default)s)")
     p.add_argument("--force", action="store_true", help="replace --out if it exists")
