@@ -30,6 +30,7 @@ import kvbench.hf  # noqa: F401  (HF_HUB_OFFLINE before transformers)
 import torch
 
 from kvbench.config.errors import ConfigError
+from kvbench.config.spec import model_geometry
 
 SMALL = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
              intermediate_size=128, vocab_size=256, max_position_embeddings=256, head_dim=16,
@@ -170,7 +171,8 @@ def run_model(model_type: str, model, requests, expected, allocator: str = "page
         cfg = model_cfg_of(model, f"tiny-{model_type}", max_model_len)
         alloc = build(allocator, NUM_SLOTS, block_size=4, debug=True)
         engine_cfg = OmegaConf.create({"attention": "torch", "max_num_batched_tokens": BUDGET})
-        executor = HFExecutor(cfg, engine_cfg, num_slots=NUM_SLOTS, block_size=4, device="cpu", model=model)
+        executor = HFExecutor(cfg, engine_cfg, num_slots=NUM_SLOTS, block_size=4, geometry=model_geometry(cfg),
+                              device="cpu", model=model)
     except ConfigError as exc:
         return Outcome(model_type, "refused", _first_line(exc))
     except Exception as exc:  # noqa: BLE001

@@ -32,6 +32,7 @@ import numpy as np
 from omegaconf import OmegaConf
 from scipy.optimize import least_squares
 
+from kvbench.config.spec import model_geometry
 from kvbench.sim import fit_profile, opfit
 from kvbench.sim.cost_model import CostParams, StepSummary, gpu_constant, op_constants, step_time
 from kvbench.sim.operators import OP_MODELS
@@ -96,7 +97,8 @@ def evaluate(points: list[dict], system: str = "fastertransformer", constants: d
         gpu = load_gpu(p["gpu"], count=int(p["count"]))
         if constants:
             gpu = OmegaConf.merge(gpu, constants)
-        params = CostParams.from_configs(gpt_model(p["model"]), gpu, OmegaConf.create(SYSTEMS[system]))
+        model = gpt_model(p["model"])
+        params = CostParams.from_configs(model, gpu, OmegaConf.create(SYSTEMS[system]), geometry=model_geometry(model))
         model_ms = static_batch_ms(params, int(p["batch"]), int(p["input_len"]), int(p["output_len"]))
         measured = float(p["measured_ms"])
         out.append(p | {"model_ms": model_ms, "error": model_ms / measured - 1.0})
