@@ -38,6 +38,7 @@ import kvbench.hf  # noqa: F401  (HF_HUB_OFFLINE before transformers)
 import numpy as np
 import torch
 
+from kernels import get_ops
 from kvbench.batch import StepBatch, StepResult
 from kvbench.config.errors import ConfigError
 from kvbench.geometry import KVGeometry
@@ -141,8 +142,6 @@ class HFExecutor:
         if torch_path not in TORCH_ATTENTION_PATHS:
             raise ConfigError(f"backend.torch_attention must be one of {', '.join(TORCH_ATTENTION_PATHS)}; "
                               f"got {torch_path!r}")
-        from kernels import get_ops
-
         self.ops = get_ops(attention)
         self.batched_torch = attention == "torch" and torch_path == "batched"
         self.model = model if model is not None else build_model(model_cfg, device=self.device, seed=int(seed))

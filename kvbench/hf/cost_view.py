@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 
 from kvbench.geometry import DTYPE_BYTES
+from kvbench.sim.cost_model import FAMILIES, CostParams
 
 TWO_MATRIX_MLP = ("phi", "gpt2", "gpt_neox", "starcoder2")
 MOE = {"mixtral": "llama", "qwen2_moe": "qwen2", "qwen3_moe": "qwen3"}  # MoE family -> its dense counterpart
@@ -80,8 +81,6 @@ def mla_attention_params(model_cfg) -> int:
 
 
 def _mla_params(model_cfg, gpu_cfg, system_cfg, geometry):
-    from kvbench.sim.cost_model import CostParams, FAMILIES
-
     view = model_cfg.copy()
     if str(view.family) not in FAMILIES:
         view.family = "llama"
@@ -99,8 +98,6 @@ def _mla_params(model_cfg, gpu_cfg, system_cfg, geometry):
 def cost_params(model_cfg, gpu_cfg, system_cfg=None, *, geometry):
     """``CostParams.from_configs`` on ``cost_view(model_cfg)``, with the MoE weights a step reads, or
     MLA's counts (``kv_lora_rank`` set); ``geometry``: the model's ``KVGeometry`` (the run spec's)."""
-    from kvbench.sim.cost_model import CostParams
-
     if _get(model_cfg, "kv_lora_rank", None) is not None:
         return _mla_params(model_cfg, gpu_cfg, system_cfg, geometry)
     view, weight_bytes = cost_view(model_cfg)
