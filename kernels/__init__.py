@@ -37,7 +37,7 @@ _TRITON_OPS = {"paged_attention": "kernels.attention", "store_kv": "kernels.cach
 
 def __getattr__(name: str):
     if name in _TRITON_OPS:
-        import importlib
+        import importlib  # optional dependency: triton, loaded on first use of a Triton op
 
         op = getattr(importlib.import_module(_TRITON_OPS[name]), name)
         globals()[name] = op  # later lookups skip __getattr__
@@ -59,7 +59,7 @@ def get_ops(backend: str) -> KernelOps:
     if backend == "torch":
         return KernelOps("torch", paged_attention_ref, store_kv_ref, copy_slots_ref)
     if backend == "triton":
-        from kernels.attention import paged_attention
+        from kernels.attention import paged_attention  # optional dependency: triton, for backend triton only
         from kernels.cache_ops import copy_slots, store_kv
 
         return KernelOps("triton", paged_attention, store_kv, copy_slots)

@@ -76,7 +76,7 @@ def _variants(quick: bool) -> list[Variant]:
 
 
 def _launches(v: Variant) -> list[tuple]:
-    from kernels.attention import launch_plan, pick_config
+    from kernels.attention import launch_plan, pick_config  # optional dependency: triton (these modules import it)
     from kernels.cache_ops import copy_slots_launch, store_kv_launch
     from kernels.checks import check_attention_args, check_pool
 
@@ -106,7 +106,7 @@ def _launches(v: Variant) -> list[tuple]:
 
 def compile_launch(kernel, kwargs: dict, arch: int):
     """Compile one launch the way JITFunction.run would, for ``sm_<arch>``."""
-    import triton
+    import triton  # optional dependency: triton
     from triton import knobs
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource, make_backend
@@ -124,7 +124,7 @@ def compile_launch(kernel, kwargs: dict, arch: int):
 
 def _resources(cubin: bytes) -> tuple[int, int]:
     """(registers per thread, spill bytes) from cuobjdump's resource usage."""
-    import triton
+    import triton  # optional dependency: triton
 
     tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:

@@ -89,7 +89,7 @@ class Timer:
     def __call__(self, fn) -> float:
         """Median seconds of fn()."""
         if self.kind == "do_bench":
-            import triton.testing
+            import triton.testing  # optional dependency: triton; after main() set TRITON_INTERPRET
 
             return triton.testing.do_bench(fn, warmup=10, rep=40, return_mode="median") * 1e-3
         fn()  # warm-up (and compile)
@@ -131,7 +131,8 @@ def _sig(x: float) -> float:
 
 def bench_point(sweep: Sweep, timer: Timer, copy_gbps: float, mode: str, num_kv_heads: int, batch: int,
                 context: int, block_sizes, gen: torch.Generator) -> list[Row]:
-    from kernels.attention import choose_num_splits, _num_sms  # imported late: see main()
+    # optional dependency: triton, imported after main() set TRITON_INTERPRET on the CPU
+    from kernels.attention import choose_num_splits, _num_sms
     from kernels.attention import paged_attention
 
     device, dtype, heads, d = sweep.device, sweep.dtype, sweep.num_heads, sweep.head_size

@@ -70,7 +70,7 @@ def plan_copies(ops: Iterable, device: torch.device | str = "cpu") -> list[tuple
 def apply_copy_ops(key_cache: torch.Tensor, value_cache: torch.Tensor, ops: Iterable, copy_fn=None) -> None:
     """Apply CopyOps in order to one layer's pool with ``copy_fn`` (default: the Triton ``copy_slots``)."""
     if copy_fn is None:
-        from kernels.cache_ops import copy_slots as copy_fn
+        from kernels.cache_ops import copy_slots as copy_fn  # optional dependency: triton, only for the default copy
     for src, dst in plan_copies(ops, key_cache.device):
         copy_fn(key_cache, value_cache, src, dst)
 

@@ -18,6 +18,7 @@ import sys
 import warnings
 from collections.abc import Sequence
 
+from kvbench.cli import OneLineParser, fail
 from kvbench.loggers.base import RATE_PREFIX, STEP_METRIC, STEP_PREFIX
 from kvbench.results.store import MEM_COLUMNS
 
@@ -34,7 +35,7 @@ def build_workspace(entity: str, project: str = "kvbench", name: str = DEFAULT_N
     """The comparison workspace (``wandb_workspaces.workspaces.Workspace``), not saved."""
     with warnings.catch_warnings():  # its pydantic v1-style validators warn on import
         warnings.simplefilter("ignore", DeprecationWarning)
-        import wandb_workspaces.reports.v2 as wr
+        import wandb_workspaces.reports.v2 as wr  # optional dependency: wandb-workspaces, only to build one
         import wandb_workspaces.workspaces as ws
 
     by_allocator = wr.Config(GROUP_KEY)
@@ -158,8 +159,6 @@ def spec_json(workspace) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``kvbench-dashboard``: print (default) or save the allocator comparison workspace."""
-    from kvbench.cli import OneLineParser, fail
-
     parser = OneLineParser(
         prog="kvbench-dashboard",
         description="Build a W&B workspace comparing allocators. Prints it unless --save.",

@@ -16,7 +16,7 @@ import traceback
 from collections.abc import Sequence
 from pathlib import Path
 
-from paper_figs import BEYOND_FIGURES, FIGURES, TRACE_FIGURES
+from paper_figs import BEYOND_FIGURES, FIGURES, TRACE_FIGURES, common
 
 KNOWN = (*FIGURES, *BEYOND_FIGURES, *TRACE_FIGURES)
 
@@ -25,8 +25,6 @@ def draw_figures(names: Sequence[str], index_path: str | Path, out_dir: str | Pa
                  results_root: str | Path | None = None, experiment: str | None = None,
                  ) -> dict[str, list[str]]:
     """Draw the named figures; return {"drawn": [...], "skipped": [...], "failed": [...]}."""
-    from paper_figs import common
-
     index_df, root = common.load(index_path)
     root = Path(results_root) if results_root is not None else root
     outcome: dict[str, list[str]] = {"drawn": [], "skipped": [], "failed": []}

@@ -9,6 +9,7 @@ import pandas as pd
 import seaborn as sns
 
 from paper_figs import common
+from paper_figs.headline import batch_column
 
 NAME = "batch_size"
 EXPERIMENT = "paper-batch"
@@ -16,8 +17,6 @@ EXPERIMENT = "paper-batch"
 
 def draw(index_df: pd.DataFrame, out_dir: str | Path, results_root: str | Path,
          experiment: str | None = None) -> list[Path]:
-    from paper_figs.headline import batch_column
-
     runs = common.pick(index_df, NAME, experiment or EXPERIMENT, need=["mean_batch_size"])
     if runs is None:
         return []

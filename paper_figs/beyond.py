@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import pandas as pd
+from matplotlib.patches import Patch
 
 from paper_figs import common
 
@@ -51,6 +52,4 @@ def five_way(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def handles5() -> list:
-    from matplotlib.patches import Patch
-
     return [Patch(facecolor=COLORS5[c], edgecolor="0.4", linewidth=0.5, label=c) for c in CATEGORIES5]

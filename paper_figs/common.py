@@ -19,7 +19,9 @@ matplotlib.use("Agg")  # figures are files; never open a window
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
+from matplotlib.patches import Patch  # noqa: E402
 
+from kvbench.results.grouping import GroupingError, settings_that_vary, split  # noqa: E402
 from kvbench.results.store import (  # noqa: E402
     DEFAULT_INDEX,
     MEM_COLUMNS,
@@ -308,8 +310,6 @@ def legend_above(fig: plt.Figure, handles, labels, ncol: int | None = None) -> N
 
 
 def category_handles() -> list:
-    from matplotlib.patches import Patch
-
     return [Patch(facecolor=CATEGORY_COLORS[c], edgecolor="0.4", linewidth=0.5, label=c)
             for c in CATEGORIES]
 
@@ -323,8 +323,6 @@ def check_alike(figure: str, runs: pd.DataFrame, keys: Sequence[str]) -> None:
     """GroupingError (the figure is not drawn, the others are) when runs a figure averages into
     one point or bar (one value of each of ``keys``) differ in a setting other than the seed
     (``kvbench.results.grouping``): such runs are never averaged."""
-    from kvbench.results.grouping import GroupingError, settings_that_vary, split
-
     present = [k for k in keys if k in runs.columns]
     for part in split(runs, present):
         varying = settings_that_vary(part, ignore=[*present, *DERIVED_COLUMNS])
@@ -338,8 +336,6 @@ def name_unlike(figure: str, runs: pd.DataFrame, keys: Sequence[str], column: st
     """Runs a figure would average into one point (one value of each of ``keys``) that differ in a
     setting other than the seed (a fallback that pools several studies): ``column`` (the panel's
     name) gets those settings appended, so they are drawn apart, and the figure says so."""
-    from kvbench.results.grouping import settings_that_vary, split
-
     present = [k for k in keys if k in runs.columns]
     extra: dict[str, None] = {}
     for part in split(runs, present):

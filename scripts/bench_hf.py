@@ -59,15 +59,15 @@ def run_engine(model, model_cfg, requests, *, block_size: int, max_num_batched_t
 
     from allocators import build
     from kvbench.engine import Engine, SchedulerConfig
+    from kvbench.config.spec import model_geometry
     from kvbench.executors.hf import HFExecutor
-    from kvbench.geometry import KVGeometry
 
-    geometry = KVGeometry.from_model_cfg(model_cfg)
+    geometry = model_geometry(model_cfg)
     need = sum(r.prompt_len + r.output_len for r in requests)
     num_slots = -(-need // block_size) * block_size + 4 * block_size * len(requests)  # no preemption
     engine_cfg = OmegaConf.create({"attention": attention, "threads": None})
-    executor = HFExecutor(model_cfg, engine_cfg, num_slots=num_slots, block_size=block_size, device="cpu",
-                          seed=0, model=model)
+    executor = HFExecutor(model_cfg, engine_cfg, num_slots=num_slots, block_size=block_size, geometry=geometry,
+                          device="cpu", seed=0, model=model)
     sched = SchedulerConfig(max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=256,
                             max_model_len=int(model_cfg.max_model_len))
     engine = Engine(build("paged", num_slots, block_size=block_size), executor, sched)

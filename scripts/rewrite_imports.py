@@ -1,4 +1,4 @@
-"""Rewrite references to kvbench's old flat modules to their new homes (docs/layout-move.md).
+"""Rewrite references to kvbench's old flat modules to their new homes (issue 32's layout; the map below).
 
 Usage: ``python scripts/rewrite_imports.py [--check] PATH...`` (default: the current tree).
 

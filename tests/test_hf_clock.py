@@ -8,6 +8,7 @@ from omegaconf import OmegaConf
 
 from kvbench.batch import StepBatch
 from kvbench.config.errors import CONF_DIR, ConfigError
+from kvbench.config.spec import model_geometry
 from kvbench.executors.hf import HFExecutor, virtual_clock
 from kvbench.sim.cost_model import CostParams, step_time, summarize
 from tests.test_hf_executor import composed
@@ -41,11 +42,11 @@ def test_virtual_step_time_is_the_cost_models():
     from kvbench.batch import SeqChunk
 
     executor = HFExecutor(model_cfg, OmegaConf.create({"attention": "torch", "clock": "virtual"}), num_slots=64,
-                          block_size=4, device="cpu", gpu_cfg=gpu)
+                          block_size=4, device="cpu", gpu_cfg=gpu, geometry=model_geometry(model_cfg))
     batch = StepBatch([SeqChunk(0, [1, 2, 3, 4, 5], 0, [3, 1], list(range(12, 17)), True, request_id=0)],
                       block_size=4)
     result = executor.execute(batch)
-    expected = step_time(CostParams.from_configs(model_cfg, gpu), summarize(batch))
+    expected = step_time(CostParams.from_configs(model_cfg, gpu, geometry=model_geometry(model_cfg)), summarize(batch))
     assert result.duration_s == expected["duration_s"] > 0
     assert result.timings["attention_s"] == expected["attention_s"]
     assert set(result.next_tokens) == {0}
@@ -54,11 +55,13 @@ def test_virtual_step_time_is_the_cost_models():
 def test_clock_errors():
     model_cfg = OmegaConf.load(CONF_DIR / "model" / "tiny-llama.yaml")
     with pytest.raises(ConfigError, match="needs a gpu profile"):
-        HFExecutor(model_cfg, OmegaConf.create({"clock": "virtual"}), num_slots=64, block_size=4, device="cpu")
+        HFExecutor(model_cfg, OmegaConf.create({"clock": "virtual"}), num_slots=64, block_size=4, device="cpu",
+                   geometry=model_geometry(model_cfg))
     unknown = model_cfg.copy()
     unknown.family = "bloom"
     with pytest.raises(ConfigError, match="engine.clock=virtual: model.family must be one of"):
-        virtual_clock(unknown, OmegaConf.create({"clock": "virtual"}), OmegaConf.load(CONF_DIR / "gpu" / "h100-80gb.yaml"))
+        virtual_clock(unknown, OmegaConf.create({"clock": "virtual"}), OmegaConf.load(CONF_DIR / "gpu" / "h100-80gb.yaml"),
+                      geometry=model_geometry(unknown))
     from kvbench.config.compose import validate
 
     with pytest.raises(ConfigError, match="engine.clock must be one of wall, virtual"):
@@ -73,12 +76,14 @@ def test_virtual_clock_counts_moe_and_two_matrix_families(family):
 
     gpu = OmegaConf.load(CONF_DIR / "gpu" / "h100-80gb.yaml")
     llama = OmegaConf.load(CONF_DIR / "model" / "tiny-llama.yaml")
-    assert virtual_clock(llama, OmegaConf.create({"clock": "virtual"}), gpu) == CostParams.from_configs(llama, gpu)
+    geometry = model_geometry(llama)
+    assert (virtual_clock(llama, OmegaConf.create({"clock": "virtual"}), gpu, geometry=geometry)
+            == CostParams.from_configs(llama, gpu, geometry=geometry))
     cfg = llama.copy()
     cfg.family = family
     cfg.update(num_local_experts=8, num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32,
                shared_expert_intermediate_size=64)
-    params = virtual_clock(cfg, OmegaConf.create({"clock": "virtual"}), gpu)
+    params = virtual_clock(cfg, OmegaConf.create({"clock": "virtual"}), gpu, geometry=model_geometry(cfg))
     h, layers, ffn, vocab = 64, 2, 128, 256
     attention = 2 * h * 64 + 2 * h * 32  # q, o: 4 heads x 16; k, v: 2 heads x 16
     if family in ("phi", "gpt2", "gpt_neox", "starcoder2"):

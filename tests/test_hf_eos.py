@@ -10,6 +10,7 @@ from omegaconf import OmegaConf
 
 from allocators import build
 from kvbench.config.errors import ConfigError
+from kvbench.config.spec import model_geometry
 from kvbench.engine import Engine, SchedulerConfig
 from kvbench.executors.hf import HFExecutor
 from kvbench.hf.model import build_model
@@ -28,7 +29,8 @@ def tiny():
 def run(model, requests, stop=(), backend=None, num_slots=256):
     alloc = build("paged", num_slots, block_size=4, debug=True)
     executor = HFExecutor(model_cfg("tiny-llama"), OmegaConf.create({"attention": "torch"}), num_slots=num_slots,
-                          block_size=4, device="cpu", backend_cfg=OmegaConf.create(backend or {}), model=model)
+                          block_size=4, device="cpu", backend_cfg=OmegaConf.create(backend or {}), model=model,
+                          geometry=model_geometry(model_cfg("tiny-llama")))
     cfg = SchedulerConfig(max_model_len=256, max_num_batched_tokens=16, stop_token_ids=tuple(stop))
     return Engine(alloc, executor, cfg, max_steps=3000).run(requests)
 

@@ -20,6 +20,7 @@ from allocators import build
 from kernels import paged_attention_ref
 from kvbench.batch import SeqChunk, StepBatch, SwapOp
 from kvbench.config.errors import CONF_DIR, ConfigError
+from kvbench.config.spec import model_geometry
 from kvbench.engine import Engine, SchedulerConfig
 from kvbench.executors.hf import HFExecutor, default_kv_cache_bytes, resolve_device
 from kvbench.hf.model import build_model, count_params, hf_config
@@ -109,7 +110,8 @@ def run(name, models, requests, allocator="paged", knobs=None, num_slots=1024, b
     alloc = build(allocator, num_slots, debug=True, **knobs)
     engine_cfg = OmegaConf.create({"attention": attention, "threads": None})
     executor = HFExecutor(model_cfg(name), engine_cfg, num_slots=num_slots, block_size=alloc.block_size,
-                          device="cpu", seed=0, backend_cfg=OmegaConf.create(backend or {}), model=models[name])
+                          device="cpu", seed=0, backend_cfg=OmegaConf.create(backend or {}), model=models[name],
+                          geometry=model_geometry(model_cfg(name)))
     engine = Engine(alloc, executor, SchedulerConfig(max_model_len=MAX_MODEL_LEN, **sched), max_steps=3000)
     return engine.run(requests), executor
 
@@ -163,7 +165,7 @@ def test_other_llama_family_architectures_match_generate(family):
     models = {"tiny-llama": build_model(cfg, seed=0)}
     alloc = build("paged", 256, block_size=4)
     executor = HFExecutor(cfg, OmegaConf.create({"attention": "torch"}), num_slots=256, block_size=4, device="cpu",
-                          model=models["tiny-llama"])
+                          model=models["tiny-llama"], geometry=model_geometry(cfg))
     out = Engine(alloc, executor, SchedulerConfig(max_model_len=MAX_MODEL_LEN, max_num_batched_tokens=16)).run(requests)
     ref = build_model(cfg, seed=0, attn_implementation="sdpa")
     assert type(ref).__name__.lower().startswith(family)
@@ -409,7 +411,7 @@ def test_smollm2_gguf_loads_and_decodes_like_generate():
     requests = make_requests([(9, 5), (4, 6)], vocab_size=49152, seed=11)
     alloc = build("paged", 256, block_size=16)
     executor = HFExecutor(cfg, OmegaConf.create({"attention": "torch"}), num_slots=256, block_size=16,
-                          device="cpu", model=model)
+                          device="cpu", model=model, geometry=model_geometry(cfg))
     out = Engine(alloc, executor, SchedulerConfig(max_model_len=256)).run(requests)
     model.set_attn_implementation("sdpa")
     for r in requests:
@@ -425,14 +427,15 @@ def test_resolve_device_and_default_kv_bytes():
     cfg = OmegaConf.create({"model": OmegaConf.load(CONF_DIR / "model" / "tiny-llama.yaml"),
                             "engine": OmegaConf.load(CONF_DIR / "engine" / "default.yaml")})
     # tiny-llama: 512 bytes a slot; 256 sequences of 256 tokens need 32 MiB, under the 256 MiB default
-    assert default_kv_cache_bytes(cfg, "cpu") == 512 * 256 * 256
+    assert default_kv_cache_bytes(cfg, "cpu", geometry=model_geometry(cfg.model)) == 512 * 256 * 256
     cfg.model = OmegaConf.load(CONF_DIR / "model" / "llama-7b.yaml")
-    assert default_kv_cache_bytes(cfg, "cpu") == 256 * 2**20
+    assert default_kv_cache_bytes(cfg, "cpu", geometry=model_geometry(cfg.model)) == 256 * 2**20
 
 
 def test_a_model_that_bypasses_the_attention_registry_is_caught(engine_models):
     executor = HFExecutor(model_cfg("tiny-opt"), OmegaConf.create({"attention": "torch"}), num_slots=64, block_size=4,
-                          device="cpu", model=build_model(model_cfg("tiny-opt"), seed=0))
+                          device="cpu", model=build_model(model_cfg("tiny-opt"), seed=0),
+                          geometry=model_geometry(model_cfg("tiny-opt")))
     executor.model.set_attn_implementation("sdpa")  # as if the model ignored the registry
     batch = StepBatch([SeqChunk(0, [1, 2, 3], 0, [0], [0, 1, 2], True, request_id=0)], block_size=4)
     with pytest.raises(RuntimeError, match="0 of 2 layers called the paged attention hook"):
@@ -442,7 +445,7 @@ def test_a_model_that_bypasses_the_attention_registry_is_caught(engine_models):
 def test_a_pool_smaller_than_one_block_is_a_clear_error(engine_models):
     with pytest.raises(ConfigError, match="fewer than one block of 16"):
         HFExecutor(model_cfg("tiny-llama"), OmegaConf.create({"attention": "torch"}), num_slots=8, block_size=16,
-                   device="cpu", model=engine_models["tiny-llama"])
+                   device="cpu", model=engine_models["tiny-llama"], geometry=model_geometry(model_cfg("tiny-llama")))
 
 
 def composed(overrides: list[str]):

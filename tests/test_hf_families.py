@@ -16,6 +16,7 @@ from omegaconf import OmegaConf
 
 from allocators import build
 from kvbench.config.errors import CONF_DIR, ConfigError
+from kvbench.config.spec import model_geometry
 from kvbench.engine import Engine, SchedulerConfig
 from kvbench.executors.hf import HFExecutor
 from kvbench.hf.features import UnsupportedAttention, read_layer
@@ -81,7 +82,7 @@ def family_case(family: str):
 def run_engine(cfg, model, requests, allocator: str, knobs: dict, num_slots: int = 64, attention: str = "torch"):
     alloc = build(allocator, num_slots, debug=True, **knobs)
     executor = HFExecutor(cfg, OmegaConf.create({"attention": attention}), num_slots=num_slots,
-                          block_size=alloc.block_size, device="cpu", model=model)
+                          block_size=alloc.block_size, device="cpu", model=model, geometry=model_geometry(cfg))
     engine = Engine(alloc, executor, SchedulerConfig(max_model_len=MAX_MODEL_LEN, max_num_batched_tokens=16),
                     max_steps=3000)
     out = engine.run(requests)
@@ -115,7 +116,7 @@ def test_windows_and_softcaps_change_the_tokens(family):
 def test_the_executor_reports_each_layers_features():
     cfg, model, _, _ = family_case("gemma2")
     executor = HFExecutor(cfg, OmegaConf.create({"attention": "torch"}), num_slots=64, block_size=4, device="cpu",
-                          model=model)
+                          model=model, geometry=model_geometry(cfg))
     assert [(layer.window, layer.softcap) for layer in executor.layers] == [(6, 2.0), (None, 2.0)]
     assert executor.layers[0].scale == pytest.approx(24 ** -0.5)
     from kvbench.geometry import KVGeometry
@@ -129,7 +130,8 @@ def test_windows_that_differ_from_the_config_are_refused():
     cfg, model, _, _ = family_case("mistral")
     with pytest.raises(ConfigError, match="sliding windows differ.*layer 0: model 6, config None"):
         HFExecutor(family_cfg("mistral", sliding_window=None), OmegaConf.create({"attention": "torch"}),
-                   num_slots=64, block_size=4, device="cpu", model=model)
+                   num_slots=64, block_size=4, device="cpu", model=model,
+                   geometry=model_geometry(family_cfg("mistral", sliding_window=None)))
 
 
 def test_unknown_family_and_misplaced_window_are_config_errors():
@@ -150,7 +152,7 @@ def test_alibi_models_are_refused_before_any_step():
     cfg.num_kv_heads = 4
     with pytest.raises(UnsupportedAttention, match="ALiBi"):
         HFExecutor(cfg, OmegaConf.create({"attention": "torch"}), num_slots=64, block_size=4, device="cpu",
-                   model=bloom)
+                   model=bloom, geometry=model_geometry(cfg))
 
 
 class _Module:
@@ -283,7 +285,7 @@ def test_low_precision_pools_and_models_match_generate_logits(family, allocator,
     forced = {r.request_id: hf_generate(reference, r) for r in requests}
     alloc = build(allocator, 64, block_size=4, debug=True)
     executor = HFExecutor(cfg, OmegaConf.create({"attention": "torch"}), num_slots=64, block_size=4, device="cpu",
-                          model=build_model(cfg, seed=0))
+                          model=build_model(cfg, seed=0), geometry=model_geometry(cfg))
     assert executor.pool.data.dtype == getattr(torch, dtype)
     executor.sampler = _ForcedSampler(forced, {r.request_id: r.prompt_len for r in requests})
     out = Engine(alloc, executor, SchedulerConfig(max_model_len=MAX_MODEL_LEN, max_num_batched_tokens=16)).run(requests)

@@ -6,6 +6,7 @@ import torch
 from omegaconf import OmegaConf
 
 from kvbench.config.errors import CONF_DIR, ConfigError
+from kvbench.config.spec import model_geometry
 from kvbench.geometry import KVGeometry
 
 # DeepSeek-V3: 61 layers, 128 heads, K 128 + 64 (nope + rope), V 128, latent 512 + rope key 64, bfloat16
@@ -53,13 +54,13 @@ def test_an_mla_executor_stores_expanded_heads_and_sizes_its_default_pool_to_fit
     cfg = model_cfg_of(model, "tiny-deepseek-v3")
     assert (cfg.head_size, cfg.v_head_size, cfg.kv_lora_rank, cfg.qk_rope_head_dim) == (24, 12, 16, 8)
     executor = HFExecutor(cfg, OmegaConf.create({"attention": "torch"}), num_slots=32, block_size=4, device="cpu",
-                          model=model)
+                          model=model, geometry=model_geometry(cfg))
     assert executor.pool.data is None
     assert executor.pool.key_caches[0].shape == (8, 4, 4, 24) and executor.pool.value_caches[0].shape == (8, 4, 4, 12)
     geometry = KVGeometry.from_model_cfg(cfg)
     assert executor.pool.nbytes == 32 * geometry.pool_bytes_per_slot
     full = OmegaConf.create({"model": cfg, "engine": {"max_num_seqs": 100_000}})
-    kv_bytes = default_kv_cache_bytes(full, "cpu")
+    kv_bytes = default_kv_cache_bytes(full, "cpu", geometry=model_geometry(full.model))
     # the latent accounting's slots, stored expanded, fill the CPU default of 256 MiB
     assert geometry.slots_for(kv_bytes) * geometry.pool_bytes_per_slot <= 256 * 2**20
     assert (geometry.slots_for(kv_bytes) + 1) * geometry.pool_bytes_per_slot > 256 * 2**20 - geometry.pool_bytes_per_slot

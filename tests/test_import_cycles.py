@@ -1,5 +1,7 @@
-"""The project's modules import each other without a circle, function-local imports included,
-and kvbench/ keeps at most 8 top-level modules besides its subpackages (docs/architecture.md)."""
+"""The project's modules import each other without a circle, function-local imports included;
+every function-local import says why it is one (an optional dependency or start-up time); the KV
+geometry is derived in one place; kvbench/ keeps at most 8 top-level modules besides its
+subpackages (docs/architecture.md)."""
 from __future__ import annotations
 
 import ast
@@ -98,3 +100,45 @@ def test_the_walk_finds_a_circle_when_there_is_one():
 def test_kvbench_keeps_at_most_eight_top_level_modules():
     modules = sorted(p.name for p in (ROOT / "kvbench").glob("*.py") if p.name != "__init__.py")
     assert len(modules) <= 8, modules
+
+
+def unexplained_local_imports(root: Path, paths) -> list[str]:
+    """``path:line`` of each import inside a function with no comment on its line or the line above,
+    unless it directly follows (no blank line) an explained one: a block under one comment."""
+    found = []
+    for path in paths:
+        lines = path.read_text().splitlines()
+        explained_until = 0  # last line of the current explained block of local imports
+        nodes = {node.lineno: node for fn in ast.walk(ast.parse("\n".join(lines)))
+                 if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))
+                 for node in ast.walk(fn) if isinstance(node, (ast.Import, ast.ImportFrom))}
+        for lineno in sorted(nodes):
+            node = nodes[lineno]
+            above = lines[lineno - 2].strip() if lineno >= 2 else ""
+            if "#" in lines[lineno - 1] or above.startswith("#") or explained_until == lineno - 1:
+                explained_until = node.end_lineno
+            else:
+                found.append(f"{path.relative_to(root)}:{lineno}")
+    return found
+
+
+def test_every_function_local_import_says_why():
+    paths = [p for pkg in PACKAGES for p in sorted((ROOT / pkg).rglob("*.py"))]
+    assert unexplained_local_imports(ROOT, paths) == [], "move to the module top, or comment: optional dependency / start-up time"
+
+
+def test_the_local_import_check_catches_one_without_a_comment(tmp_path):
+    (tmp_path / "m.py").write_text("def f():\n    import json  # start-up time\n    import csv\n\n"
+                                   "def g():\n    import os\n")
+    assert unexplained_local_imports(tmp_path, [tmp_path / "m.py"]) == ["m.py:6"]
+
+
+def test_the_kv_geometry_is_derived_in_one_place():
+    """``KVGeometry.from_model_cfg`` is called once outside tests: ``kvbench.config.spec.model_geometry``."""
+    calls = []
+    for folder in (*PACKAGES, "scripts"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "from_model_cfg":
+                    calls.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert len(calls) == 1 and calls[0].startswith("kvbench/config/spec.py:"), calls

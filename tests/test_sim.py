@@ -10,6 +10,7 @@ from omegaconf import OmegaConf
 
 from allocators.base import CopyOp
 from kvbench.batch import SeqChunk, StepBatch, SwapOp
+from kvbench.config.spec import model_geometry
 from kvbench.executors import build_executor
 from kvbench.executors.sim import SimExecutor
 from kvbench.geometry import KVGeometry
@@ -49,7 +50,7 @@ def prefill_chunk(seq_id: int, q: int, bs: int, start: int = 0) -> SeqChunk:
 
 
 def times(model, gpu, chunks, bs=16, **ops):
-    return cm.batch_time(model, gpu, StepBatch(chunks, bs, **ops))
+    return cm.batch_time(model, gpu, StepBatch(chunks, bs, **ops), geometry=model_geometry(model))
 
 
 def no_gather(gpu):
@@ -82,7 +83,7 @@ def test_every_config_loads_with_its_fields():
         assert cfg.name == name and cfg.family in cm.FAMILIES and cfg.load in ("dummy", "pretrained")
         assert cfg.num_heads * cfg.head_size == cfg.hidden_size or cfg.family.startswith("gemma") or name in PUBLISHED_TOTALS
         assert cfg.num_heads % cfg.num_kv_heads == 0
-        cm.CostParams.from_configs(cfg, load_gpu("h200"))  # every model builds a cost model
+        cm.CostParams.from_configs(cfg, load_gpu("h200"), geometry=model_geometry(cfg))  # every model has a cost model
 
 
 def test_num_params_match_the_architecture():
@@ -107,24 +108,24 @@ def test_gpu_count_override():
 
 # -- KV memory ----------------------------------------------------------------------------
 def test_kv_cache_bytes_opt13b_a100_40gb_about_12gb(opt13b, a100):
-    kv = cm.kv_cache_bytes(opt13b, a100)
+    kv = cm.kv_cache_bytes(opt13b, a100, geometry=model_geometry(opt13b))
     # PagedAttention paper Fig. 1: 26 GB of weights, about 12 GB of KV cache on an A100-40GB.
     # We get 12.07e9 B (11.24 GiB): 0.9 x 40 GiB - 25.71e9 weights - 0.86e9 headroom.
     assert 11.5e9 < kv < 12.5e9
     expected = (0.9 * a100.memory_bytes - opt13b.num_params * 2 - cm.DEFAULTS["runtime_reserved_bytes"]
                 - cm.activation_bytes_per_gpu(opt13b))
     assert kv == int(expected)
-    assert KVGeometry.from_model_cfg(opt13b).slots_for(kv) == kv // cm.bytes_per_slot(opt13b)
+    assert KVGeometry.from_model_cfg(opt13b).slots_for(kv) == kv // model_geometry(opt13b).bytes_per_slot
 
 
 def test_kv_cache_bytes_tensor_parallel_and_errors():
     opt175 = load_model("opt-175b")
     with pytest.raises(ValueError, match=r"does not fit on 1 x a100-80gb.*raise gpu.count"):
-        cm.kv_cache_bytes(opt175, load_gpu("a100-80gb"))
-    kv8 = cm.kv_cache_bytes(opt175, load_gpu("a100-80gb", count=8))
+        cm.kv_cache_bytes(opt175, load_gpu("a100-80gb"), geometry=model_geometry(opt175))
+    kv8 = cm.kv_cache_bytes(opt175, load_gpu("a100-80gb", count=8), geometry=model_geometry(opt175))
     assert 200e9 < kv8 < 8 * 80 * 2**30 * 0.9 - 349e9
     with pytest.raises(ValueError, match="utilization"):
-        cm.kv_cache_bytes(opt175, load_gpu("a100-80gb", count=8), utilization=1.5)
+        cm.kv_cache_bytes(opt175, load_gpu("a100-80gb", count=8), utilization=1.5, geometry=model_geometry(opt175))
 
 
 # -- closed forms -------------------------------------------------------------------------
@@ -156,7 +157,7 @@ def test_large_prefill_is_compute_bound(opt13b, a100):
     # causal attention FLOPs of the chunks: 4 * heads * head_size * layers per (query, key) pair
     pairs = 8 * 1024 * 1025 / 2
     attn_s = pairs * 4 * 40 * 128 * 40 / (a100.peak_flops * cm.DEFAULTS["eff_attn_flops"])
-    assert t["attention_s"] == pytest.approx(attn_s + 8 * 1024 * cm.bytes_per_slot(opt13b) / (
+    assert t["attention_s"] == pytest.approx(attn_s + 8 * 1024 * model_geometry(opt13b).bytes_per_slot / (
         a100.mem_bandwidth * cm.DEFAULTS["eff_bw"]), rel=1e-9)
 
 
@@ -166,7 +167,7 @@ def test_block_tail_waste_is_exact(opt13b, a100, bs, ctx):
     gpu = no_gather(a100)
     t = times(opt13b, gpu, [decode_chunk(0, ctx, bs)], bs=bs)
     padded = math.ceil(ctx / bs) * bs
-    bps = cm.bytes_per_slot(opt13b)
+    bps = model_geometry(opt13b).bytes_per_slot
     assert t["kv_read_bytes"] == padded * bps
     # decode attention is bandwidth bound: read the padded context, write one new slot
     bw = a100.mem_bandwidth * cm.DEFAULTS["eff_bw"]
@@ -179,7 +180,7 @@ def test_small_blocks_pay_gather_granularity(opt13b, a100):
     assert att[1] > att[4] > att[16] > att[64]
     # Hockney model: a run of S = bs * head_size * 2 bytes moves at S / (S + 512) of the rate
     base = times(opt13b, no_gather(a100), [decode_chunk(0, ctx, 16)], bs=16)["attention_s"]
-    write_s = cm.bytes_per_slot(opt13b) / (a100.mem_bandwidth * cm.DEFAULTS["eff_bw"])
+    write_s = model_geometry(opt13b).bytes_per_slot / (a100.mem_bandwidth * cm.DEFAULTS["eff_bw"])
     read_s = base - write_s
     for bs in (1, 16):
         run = bs * 128 * 2
@@ -188,7 +189,7 @@ def test_small_blocks_pay_gather_granularity(opt13b, a100):
 
 def test_copy_ops_cost_read_plus_write(opt13b, a100):
     ops = [CopyOp(0, 1000, 16), CopyOp(16, 2000, 48)]
-    bps = cm.bytes_per_slot(opt13b)
+    bps = model_geometry(opt13b).bytes_per_slot
     bw = a100.mem_bandwidth * cm.DEFAULTS["eff_bw"]
     t = times(opt13b, no_gather(a100), [], copy_ops=ops)
     assert t["copy_s"] == pytest.approx(2 * 64 * bps / bw, rel=1e-12)
@@ -198,7 +199,7 @@ def test_copy_ops_cost_read_plus_write(opt13b, a100):
 
 
 def test_swaps_cost_pcie_bytes_plus_per_transfer_latency(opt13b, a100):
-    bps = cm.bytes_per_slot(opt13b)
+    bps = model_geometry(opt13b).bytes_per_slot
     host = a100.host_bandwidth * cm.DEFAULTS["eff_host"]
     lat = cm.DEFAULTS["host_transfer_latency_s"] * 2 * opt13b.num_layers
     contiguous = SwapOp(7, list(range(100, 164)))
@@ -235,7 +236,7 @@ def test_tensor_parallel_splits_work_and_adds_all_reduces():
 
 
 def test_timings_sum_to_duration_and_empty_step_is_free(opt13b, a100):
-    ex = SimExecutor(opt13b, a100)
+    ex = SimExecutor(opt13b, a100, geometry=model_geometry(opt13b))
     batch = StepBatch([decode_chunk(0, 40, 16), prefill_chunk(1, 30, 16, start=16)], 16,
                       copy_ops=[CopyOp(0, 64, 16)], swap_out=[SwapOp(3, [5, 6, 7])])
     r = ex.execute(batch)
@@ -251,20 +252,23 @@ def test_plain_objects_and_float32_models():
                             dtype="float32", num_params=None)
     gpu = SimpleNamespace(name="g", memory_bytes=2**30, peak_flops=100e12, peak_flops_fp32=10e12,
                           mem_bandwidth=1e12, interconnect_bandwidth=None, host_bandwidth=32e9, count=1)
-    p = cm.CostParams.from_configs(model, gpu)
+    p = cm.CostParams.from_configs(model, gpu, geometry=model_geometry(model))
     assert p.flops_rate == pytest.approx(10e12 * cm.DEFAULTS["gemm_eff_max"])  # fp32: CUDA cores
     assert cm.weight_bytes(model) == cm.count_params(model) * 4
-    r = SimExecutor(model, gpu, seed=1).execute(StepBatch([decode_chunk(3, 10, 4)], 4))
+    r = SimExecutor(model, gpu, seed=1, geometry=model_geometry(model)).execute(StepBatch([decode_chunk(3, 10, 4)], 4))
     assert 0 <= r.next_tokens[3] < 256 and r.duration_s > 0
     with pytest.raises(ValueError, match="model.dtype must be one of"):
-        cm.CostParams.from_configs(SimpleNamespace(**{**vars(model), "dtype": "int8"}), gpu)
+        cm.CostParams.from_configs(SimpleNamespace(**{**vars(model), "dtype": "int8"}), gpu,
+                                   geometry=model_geometry(model))
     with pytest.raises(ValueError, match="missing field 'mem_bandwidth'"):
-        cm.CostParams.from_configs(model, SimpleNamespace(**{**vars(gpu), "mem_bandwidth": None}))
+        cm.CostParams.from_configs(model, SimpleNamespace(**{**vars(gpu), "mem_bandwidth": None}),
+                                   geometry=model_geometry(model))
 
 
 # -- the executor -------------------------------------------------------------------------
 def run_batches(seed: int):
-    ex = SimExecutor(load_model("tiny-opt"), load_gpu("a10g"), seed=seed)
+    ex = SimExecutor(load_model("tiny-opt"), load_gpu("a10g"), seed=seed,
+                     geometry=model_geometry(load_model("tiny-opt")))
     out = []
     for step in range(5):
         chunks = [decode_chunk(i, 10 + step, 8, sample=(i != 2), k=3 if i == 1 else 0) for i in range(4)]
@@ -294,20 +298,22 @@ def test_next_tokens_and_top_logprobs_shape():
 
 
 def test_parallel_sampling_returns_extra_tokens_and_costs_draws(opt13b, a100):
-    ex = SimExecutor(opt13b, a100, seed=5)
+    ex = SimExecutor(opt13b, a100, seed=5, geometry=model_geometry(opt13b))
     assert ex.needs_block_tables is False  # the scheduler may skip building block tables
     chunk = prefill_chunk(0, 20, 16)
     chunk.num_samples = 4
     r = ex.execute(StepBatch([chunk, prefill_chunk(1, 20, 16)], 16))
     assert set(r.next_tokens) == {0, 1} and set(r.extra_tokens) == {0}
     assert len(r.extra_tokens[0]) == 3 and all(0 <= t < opt13b.vocab_size for t in r.extra_tokens[0])
-    single = SimExecutor(opt13b, a100).execute(StepBatch([prefill_chunk(0, 20, 16)] * 2, 16))
+    single = SimExecutor(opt13b, a100, geometry=model_geometry(opt13b)).execute(
+        StepBatch([prefill_chunk(0, 20, 16)] * 2, 16))
     assert r.timings["sampling_s"] == pytest.approx(5 / 2 * single.timings["sampling_s"], rel=1e-12)
     assert r.timings["forward_s"] == single.timings["forward_s"]  # one lm_head row per sequence
 
 
 def test_build_executor():
-    ex = build_executor("sim", model_cfg=load_model("tiny-llama"), gpu_cfg=load_gpu("h200"), seed=2)
+    model = load_model("tiny-llama")
+    ex = build_executor("sim", model_cfg=model, gpu_cfg=load_gpu("h200"), seed=2, geometry=model_geometry(model))
     assert isinstance(ex, SimExecutor)
     with pytest.raises(ValueError, match=r"^backend must be one of \['hf', 'sim'\], got 'gpu'$"):
         build_executor("gpu")
@@ -315,7 +321,7 @@ def test_build_executor():
 
 def test_execute_throughput_256_decode_chunks(opt13b, a100):
     """Report calls/s of execute() on a 256-sequence decode batch (block tables of ~32 blocks)."""
-    ex = SimExecutor(opt13b, a100)
+    ex = SimExecutor(opt13b, a100, geometry=model_geometry(opt13b))
     batch = StepBatch([decode_chunk(i, 500 + i, 16) for i in range(256)], 16)
     ex.execute(batch)
     n, start = 300, time.perf_counter()
@@ -335,8 +341,8 @@ def test_system_profile_host_costs_take_precedence_and_scale_with_the_batch():
     model, gpu = load_model("opt-13b"), load_gpu("a100-40gb")
     gpu.step_overhead_s = 2e-3  # a GPU-profile override the system profile beats
     system = OmegaConf.load("conf/system/vllm-2023.yaml").system
-    base = CostParams.from_configs(model, gpu)
-    paper = CostParams.from_configs(model, gpu, system)
+    base = CostParams.from_configs(model, gpu, geometry=model_geometry(model))
+    paper = CostParams.from_configs(model, gpu, system, geometry=model_geometry(model))
     assert base.overhead_s - paper.overhead_s == pytest.approx(2e-3 - 4e-3)
     step = StepSummary(block_size=16, num_tokens=10, num_seqs=10, num_sampled=10, num_draws=10,
                        decode_pairs=1000, decode_blocks=70)
@@ -354,10 +360,10 @@ def test_eager_issue_floor_holds_small_steps_and_leaves_large_ones():
 
     model, gpu = load_model("opt-13b"), load_gpu("a100-40gb")
     system = OmegaConf.load("conf/system/vllm-2023.yaml").system
-    off = CostParams.from_configs(model, gpu, system)
+    off = CostParams.from_configs(model, gpu, system, geometry=model_geometry(model))
     assert off.issue_floor_s == 0.0
     system.eager_layer_issue_s = 1.0e-3
-    on = CostParams.from_configs(model, gpu, system)
+    on = CostParams.from_configs(model, gpu, system, geometry=model_geometry(model))
     assert on.issue_floor_s == pytest.approx(40 * 1.0e-3)
     small = StepSummary(block_size=16, num_tokens=1, num_seqs=1, num_sampled=1, num_draws=1,
                         decode_pairs=100, decode_blocks=7)
@@ -377,7 +383,7 @@ def test_the_executor_logs_where_its_operator_constants_come_from(caplog):
     import logging
 
     with caplog.at_level(logging.INFO, logger="kvbench"):
-        SimExecutor(load_model("tiny-opt"), load_gpu("a10g"))
+        SimExecutor(load_model("tiny-opt"), load_gpu("a10g"), geometry=model_geometry(load_model("tiny-opt")))
     lines = [r.getMessage() for r in caplog.records if "operator constants" in r.getMessage()]
     assert lines == ["operator constants (op_model roofline): gpu profile a10g sets none; the rest are the "
                      "a100-80gb fit (fit this GPU's own with kvbench-validate --fit-ops DIR)"]
@@ -387,9 +393,10 @@ def test_fixed_floor_raises_decode_steps_and_leaves_big_prefills_near_the_roofli
     """op_model changes only the elementwise kernels: a 1-token step's layer takes longer (the
     norms, activation and rotary no longer shrink with the batch), a 4,096-token one within 3%."""
     model = load_model("llama-3-8b")
-    roofline = cm.CostParams.from_configs(model, load_gpu("h100-80gb"))
-    floor = cm.CostParams.from_configs(model, load_gpu("h100-80gb", op_model="fixed_floor"))
+    roofline = cm.CostParams.from_configs(model, load_gpu("h100-80gb"), geometry=model_geometry(model))
+    floor = cm.CostParams.from_configs(model, load_gpu("h100-80gb", op_model="fixed_floor"),
+                                       geometry=model_geometry(model))
     assert floor.dense_layer_s(1) > roofline.dense_layer_s(1) * 1.02
     assert floor.dense_layer_s(4096) == pytest.approx(roofline.dense_layer_s(4096), rel=0.03)
     with pytest.raises(ValueError, match="gpu.op_model must be one of"):
-        cm.CostParams.from_configs(model, load_gpu("h100-80gb", op_model="other"))
+        cm.CostParams.from_configs(model, load_gpu("h100-80gb", op_model="other"), geometry=model_geometry(model))

@@ -7,6 +7,7 @@ import statistics
 import numpy as np
 import pytest
 
+from kvbench.config.spec import model_geometry
 from kvbench.sim import allreduce, cost_model, opfit
 from kvbench.sim.operators import OP_KEYS, gemm_s
 from kvbench.sim.profiles import load_gpu
@@ -277,7 +278,8 @@ def test_fit_ops_dir_writes_a_usable_profile_with_its_held_out_error(tmp_path, c
     model = OmegaConf.create({"name": "m", "family": "llama", "num_layers": 2, "hidden_size": 4096, "num_heads": 32,
                               "num_kv_heads": 32, "head_size": 128, "intermediate_size": 11008, "vocab_size": 32000,
                               "max_model_len": 4096, "dtype": "float16"})
-    assert cost_model.CostParams.from_configs(model, cfg).op_constants == cost_model.op_constants(cfg)
+    params = cost_model.CostParams.from_configs(model, cfg, geometry=model_geometry(model))
+    assert params.op_constants == cost_model.op_constants(cfg)
     # an existing file is refused without --force, and kept as it was
     capsys.readouterr()
     assert main(["--fit-ops", str(tables), "--out", str(out), *SPEC]) == 2

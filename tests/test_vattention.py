@@ -5,6 +5,7 @@ import pytest
 
 from allocators import AllocatorError, CopyOp, VAttentionAllocator
 from kvbench.batch import StepBatch
+from kvbench.config.spec import model_geometry
 from kvbench.sim.cost_model import VMM_CALL_S, StepSummary
 
 
@@ -64,6 +65,6 @@ def test_the_sim_charges_each_map_per_layer_and_tensor():
     assert isinstance(s, StepSummary) and (s.page_maps, s.page_unmaps) == (3, 1)
     model = OmegaConf.load("conf/model/llama-3-8b.yaml")
     gpu = OmegaConf.load("conf/gpu/a100-80gb.yaml")
-    p = cost_model.CostParams.from_configs(model, gpu)
+    p = cost_model.CostParams.from_configs(model, gpu, geometry=model_geometry(model))
     t = cost_model.step_time(p, s)
     assert t["overhead_s"] == pytest.approx(4 * 2 * model.num_layers * VMM_CALL_S)

@@ -211,7 +211,7 @@ def _check_op_model(cfg) -> None:
     """A sim GPU's operator model must be one the cost model has (kvbench/sim/operators.py)."""
     name = _select(cfg, "gpu.op_model", missing=True) if _sim(cfg) else None
     if name is not None and name is not _MISSING:
-        from kvbench.sim.operators import OP_MODELS
+        from kvbench.sim.operators import OP_MODELS  # start-up time: the operator models (numpy), sim only
 
         if name not in OP_MODELS:
             raise ConfigError(f"gpu.op_model must be one of {list(OP_MODELS)}; got {name!r}")

@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
 import pandas as pd
 
 from allocators.base import Allocator
@@ -140,8 +141,6 @@ class Engine:
         outputs = {g.request_id: self._outputs_of(g) for g in groups if g.status is GroupStatus.FINISHED}
         memmap = None
         if self._snapshots:
-            import numpy as np
-
             memmap = {"time_s": np.array([t for t, _, _ in self._snapshots]),
                       "category": np.stack([c for _, c, _ in self._snapshots]),
                       "owner": np.stack([o for _, _, o in self._snapshots])}
@@ -171,8 +170,6 @@ class Engine:
 
     def _snapshot(self, now: float, final_lens: dict[int, int]) -> None:
         """Category (0 external, 1 token, 2 reserved, 3 internal) and owner request of every slot."""
-        import numpy as np
-
         alloc = self.allocator
         bs = alloc.block_size
         category = np.zeros(alloc.num_slots, dtype=np.int8)

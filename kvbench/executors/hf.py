@@ -38,6 +38,7 @@ import kvbench.hf  # noqa: F401  (HF_HUB_OFFLINE before transformers)
 import numpy as np
 import torch
 
+from kernels import get_ops
 from kvbench.batch import StepBatch, StepResult
 from kvbench.config.errors import ConfigError
 from kvbench.geometry import KVGeometry
@@ -69,14 +70,13 @@ def resolve_device(device: str = "auto") -> str:
     return device
 
 
-def default_kv_cache_bytes(cfg, device: str, geometry: KVGeometry | None = None) -> int:
-    """KV bytes when engine.kv_cache_bytes is null.
+def default_kv_cache_bytes(cfg, device: str, geometry: KVGeometry) -> int:
+    """KV bytes when engine.kv_cache_bytes is null, for the model's ``geometry`` (the run spec's).
 
     CUDA: engine.kv_cache_fraction of (free device memory - the model's weights, which are not
     loaded yet - CUDA_RESERVED_BYTES). CPU: CPU_DEFAULT_KV_BYTES, capped by what the engine can
     ever use (max_num_seqs sequences of max_model_len tokens).
     """
-    geometry = geometry or KVGeometry.from_model_cfg(cfg.model)  # a run passes its spec's
     most_useful = geometry.bytes_per_slot * int(cfg.model.max_model_len) * int(cfg.engine.max_num_seqs)
     if device == "cuda":
         free, _ = torch.cuda.mem_get_info()
@@ -93,10 +93,10 @@ def default_kv_cache_bytes(cfg, device: str, geometry: KVGeometry | None = None)
     return int(budget)
 
 
-def virtual_clock(model_cfg, engine_cfg, gpu_cfg, system_cfg=None):
+def virtual_clock(model_cfg, engine_cfg, gpu_cfg, system_cfg=None, *, geometry: KVGeometry):
     """The cost-model parameters of ``engine.clock=virtual`` (None for ``wall``): the sim backend's,
     for the same gpu profile and system (MoE and two-matrix-MLP families through
-    ``kvbench.hf.cost_view``)."""
+    ``kvbench.hf.cost_view``) and the model's ``geometry``."""
     clock = str(engine_cfg.get("clock", "wall") or "wall") if engine_cfg is not None else "wall"
     if clock == "wall":
         return None
@@ -105,26 +105,26 @@ def virtual_clock(model_cfg, engine_cfg, gpu_cfg, system_cfg=None):
     if gpu_cfg is None:
         raise ConfigError("engine.clock=virtual needs a gpu profile (gpu=...) for the step cost model")
     try:
-        return cost_params(model_cfg, gpu_cfg, system_cfg)
+        return cost_params(model_cfg, gpu_cfg, system_cfg, geometry=geometry)
     except ValueError as exc:
         raise ConfigError(f"engine.clock=virtual: {exc}") from None
 
 
 class HFExecutor:
-    """Runs StepBatches through a transformers causal LM on a paged KV pool of ``num_slots`` slots."""
+    """Runs StepBatches through a transformers causal LM on a paged KV pool of ``num_slots`` slots;
+    ``geometry``: the model's (the run spec's), which the probe checks the model against."""
 
     needs_block_tables = True
 
-    def __init__(self, model_cfg, engine_cfg, *, num_slots: int, block_size: int, device: str = "auto",
-                 seed: int = 0, backend_cfg=None, model=None, gpu_cfg=None, system_cfg=None,
-                 geometry: KVGeometry | None = None) -> None:
+    def __init__(self, model_cfg, engine_cfg, *, num_slots: int, block_size: int, geometry: KVGeometry,
+                 device: str = "auto", seed: int = 0, backend_cfg=None, model=None, gpu_cfg=None,
+                 system_cfg=None) -> None:
         self.device = resolve_device(device)
-        self.cost = virtual_clock(model_cfg, engine_cfg, gpu_cfg, system_cfg)
+        self.cost = virtual_clock(model_cfg, engine_cfg, gpu_cfg, system_cfg, geometry=geometry)
         self.cuda = self.device == "cuda"
         threads = engine_cfg.get("threads") if engine_cfg is not None else None
         if threads and not self.cuda:
             torch.set_num_threads(int(threads))
-        geometry = geometry or KVGeometry.from_model_cfg(model_cfg)  # a run passes its spec's
         if num_slots < block_size or num_slots < 1:
             raise ConfigError(
                 f"model {model_cfg.name}: the KV pool holds {num_slots} slots ({geometry.bytes_per_slot} bytes each), "
@@ -142,8 +142,6 @@ class HFExecutor:
         if torch_path not in TORCH_ATTENTION_PATHS:
             raise ConfigError(f"backend.torch_attention must be one of {', '.join(TORCH_ATTENTION_PATHS)}; "
                               f"got {torch_path!r}")
-        from kernels import get_ops
-
         self.ops = get_ops(attention)
         self.batched_torch = attention == "torch" and torch_path == "batched"
         self.model = model if model is not None else build_model(model_cfg, device=self.device, seed=int(seed))

@@ -10,6 +10,7 @@ import math
 import random
 
 from kvbench.batch import StepBatch, StepResult
+from kvbench.geometry import KVGeometry
 from kvbench.hf.cost_view import cost_params
 from kvbench.sim.cost_model import TIMING_KEYS, op_constants_source, step_time, summarize
 from kvbench.sim.padding import padded_summary
@@ -20,8 +21,9 @@ class SimExecutor:
 
     needs_block_tables = False  # the cost model reads block_size and context lengths only
 
-    def __init__(self, model_cfg, gpu_cfg, seed: int = 0, system_cfg=None):
-        self.params = cost_params(model_cfg, gpu_cfg, system_cfg)  # MoE, MLA: kvbench.hf.cost_view
+    def __init__(self, model_cfg, gpu_cfg, seed: int = 0, system_cfg=None, *, geometry: KVGeometry):
+        # MoE, MLA: kvbench.hf.cost_view; ``geometry``: the run spec's (every KV byte count)
+        self.params = cost_params(model_cfg, gpu_cfg, system_cfg, geometry=geometry)
         logging.getLogger("kvbench").info("%s", op_constants_source(gpu_cfg))
         self.vocab_size = int(model_cfg.vocab_size)
         self._rng = random.Random(seed)

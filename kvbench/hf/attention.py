@@ -134,7 +134,7 @@ def paged_attention_forward(module, query, key, value, attention_mask=None, scal
 
 def register() -> str:
     """Register the hook under ``ATTN_NAME`` (idempotent); returns the name."""
-    from transformers import AttentionInterface
+    from transformers import AttentionInterface  # start-up time: transformers' modeling code, loaded when a model is built, not when the pre-check imports the executor
 
     AttentionInterface.register(ATTN_NAME, paged_attention_forward)
     return ATTN_NAME

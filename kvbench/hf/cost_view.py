@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 
 from kvbench.geometry import DTYPE_BYTES
+from kvbench.sim.cost_model import FAMILIES, CostParams
 
 TWO_MATRIX_MLP = ("phi", "gpt2", "gpt_neox", "starcoder2")
 MOE = {"mixtral": "llama", "qwen2_moe": "qwen2", "qwen3_moe": "qwen3"}  # MoE family -> its dense counterpart
@@ -79,13 +80,11 @@ def mla_attention_params(model_cfg) -> int:
     return q + h * (rank + rope) + rank * heads * (qk - rope + v) + heads * v * h
 
 
-def _mla_params(model_cfg, gpu_cfg, system_cfg):
-    from kvbench.sim.cost_model import CostParams, FAMILIES
-
+def _mla_params(model_cfg, gpu_cfg, system_cfg, geometry):
     view = model_cfg.copy()
     if str(view.family) not in FAMILIES:
         view.family = "llama"
-    params = CostParams.from_configs(view, gpu_cfg, system_cfg)
+    params = CostParams.from_configs(view, gpu_cfg, system_cfg, geometry=geometry)
     h, layers, vocab = int(model_cfg.hidden_size), int(model_cfg.num_layers), int(model_cfg.vocab_size)
     linear = layers * (mla_attention_params(model_cfg) + 3 * h * int(model_cfg.intermediate_size))
     heads, v = int(model_cfg.num_heads), int(_get(model_cfg, "v_head_size", model_cfg.head_size))
@@ -96,13 +95,11 @@ def _mla_params(model_cfg, gpu_cfg, system_cfg):
         segments_per_block=float(layers), segments_per_copy_op=float(layers))
 
 
-def cost_params(model_cfg, gpu_cfg, system_cfg=None):
+def cost_params(model_cfg, gpu_cfg, system_cfg=None, *, geometry):
     """``CostParams.from_configs`` on ``cost_view(model_cfg)``, with the MoE weights a step reads, or
-    MLA's counts (``kv_lora_rank`` set)."""
-    from kvbench.sim.cost_model import CostParams
-
+    MLA's counts (``kv_lora_rank`` set); ``geometry``: the model's ``KVGeometry`` (the run spec's)."""
     if _get(model_cfg, "kv_lora_rank", None) is not None:
-        return _mla_params(model_cfg, gpu_cfg, system_cfg)
+        return _mla_params(model_cfg, gpu_cfg, system_cfg, geometry)
     view, weight_bytes = cost_view(model_cfg)
-    params = CostParams.from_configs(view, gpu_cfg, system_cfg)
+    params = CostParams.from_configs(view, gpu_cfg, system_cfg, geometry=geometry)
     return params if weight_bytes is None else dataclasses.replace(params, weight_read_bytes=weight_bytes)

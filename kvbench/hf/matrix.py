@@ -20,16 +20,25 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import random
 import sys
 import traceback
+import warnings
 import zlib
 from dataclasses import asdict, dataclass
 
 import kvbench.hf  # noqa: F401  (HF_HUB_OFFLINE before transformers)
 import torch
+from omegaconf import OmegaConf
 
+from allocators import build
 from kvbench.config.errors import ConfigError
+from kvbench.config.spec import model_geometry
+from kvbench.engine import Engine, SchedulerConfig
+from kvbench.executors.hf import HFExecutor
+from kvbench.hf.model import geometry_fields
+from kvbench.requests import Request
 
 SMALL = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
              intermediate_size=128, vocab_size=256, max_position_embeddings=256, head_dim=16,
@@ -50,14 +59,14 @@ NUM_SLOTS = 64
 
 def decoder_types() -> list[str]:
     """Every model_type of the installed transformers' causal-LM auto mapping, sorted."""
-    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES  # start-up time: transformers' auto classes, only when a type is built
 
     return sorted(MODEL_FOR_CAUSAL_LM_MAPPING_NAMES)
 
 
 def tiny_config(model_type: str, **overrides):
     """The type's default config shrunk to SMALL (only keys the config has), then ``overrides``."""
-    from transformers import AutoConfig
+    from transformers import AutoConfig  # start-up time: transformers' auto classes, only when a type is built
 
     default = AutoConfig.for_model(model_type)
     known = set(default.to_dict()) | set(getattr(default, "attribute_map", {}))
@@ -96,8 +105,6 @@ class Outcome:
 
 def _requests(model_type: str, vocab_size: int):
     """Prompts and seeds of this type alone: a long prompt chunked while short ones decode."""
-    from kvbench.requests import Request
-
     rng = random.Random(zlib.crc32(model_type.encode()))
     specs = [(rng.randint(30, 44), rng.randint(4, 8)), (rng.randint(2, 4), rng.randint(10, 16)),
              (rng.randint(8, 20), rng.randint(6, 12)), (rng.randint(20, 30), rng.randint(5, 10))]
@@ -106,7 +113,7 @@ def _requests(model_type: str, vocab_size: int):
 
 def build_tiny(config, seed: int = 0):
     """A tiny model of ``config`` with seeded random weights: SDPA, else the type's eager attention."""
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM  # start-up time: transformers' auto classes, only when a type is built
 
     with torch.device("meta"):
         meta = AutoModelForCausalLM.from_config(config)
@@ -135,10 +142,6 @@ def generate(model, request) -> list[int]:
 def model_cfg_of(model, name: str, max_model_len: int = MAX_MODEL_LEN):
     """A kvbench model config for a loaded model, its geometry read from the model's config as a user
     would write it (``kvbench.hf.model.geometry_fields``)."""
-    from omegaconf import OmegaConf
-
-    from kvbench.hf.model import geometry_fields
-
     fields = geometry_fields(model.config)
     return OmegaConf.create(dict(name=name, family=model.config.model_type, max_model_len=max_model_len,
                                  dtype="float32", load="dummy", num_params=None, **fields))
@@ -160,17 +163,12 @@ def run_type(model_type: str, allocator: str = "paged", seed: int | None = None,
 
 def run_model(model_type: str, model, requests, expected, allocator: str = "paged",
               max_model_len: int = MAX_MODEL_LEN) -> Outcome:
-    from omegaconf import OmegaConf
-
-    from allocators import build
-    from kvbench.engine import Engine, SchedulerConfig
-    from kvbench.executors.hf import HFExecutor
-
     try:
         cfg = model_cfg_of(model, f"tiny-{model_type}", max_model_len)
         alloc = build(allocator, NUM_SLOTS, block_size=4, debug=True)
         engine_cfg = OmegaConf.create({"attention": "torch", "max_num_batched_tokens": BUDGET})
-        executor = HFExecutor(cfg, engine_cfg, num_slots=NUM_SLOTS, block_size=4, device="cpu", model=model)
+        executor = HFExecutor(cfg, engine_cfg, num_slots=NUM_SLOTS, block_size=4, geometry=model_geometry(cfg),
+                              device="cpu", model=model)
     except ConfigError as exc:
         return Outcome(model_type, "refused", _first_line(exc))
     except Exception as exc:  # noqa: BLE001
@@ -207,12 +205,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", help="also write the outcomes to this JSON file")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
-    import logging
-    import warnings
-
     logging.disable(logging.WARNING)
     warnings.filterwarnings("ignore")
-    from transformers.utils import logging as hf_logging
+    from transformers.utils import logging as hf_logging  # start-up time: as above; after the warnings are off
 
     hf_logging.set_verbosity_error()
     outcomes = []

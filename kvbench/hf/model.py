@@ -20,6 +20,9 @@ import kvbench.hf  # noqa: F401  (HF_HUB_OFFLINE before transformers)
 import torch
 
 from kvbench.config.errors import ConfigError
+from kvbench.geometry import layer_windows
+from kvbench.workloads.common import WorkloadError
+from kvbench.workloads.tokenizer import smollm2_gguf
 
 # model.family -> transformers model_type. Every family routes attention through the registry.
 FAMILIES = ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "phi", "phi3", "gemma",
@@ -47,9 +50,7 @@ def hf_config(model_cfg):
     class with the geometry, the sliding windows of ``kvbench.geometry.layer_windows`` and the
     optional PASSTHROUGH keys. No special tokens (generation must not stop on an EOS the workload
     did not ask for; ``model.eos_token_id`` names one for ``workload.ignore_eos=false``)."""
-    from transformers import AutoConfig
-
-    from kvbench.geometry import layer_windows
+    from transformers import AutoConfig  # start-up time: transformers' auto classes, only when a model is built
 
     family = str(model_cfg.family)
     if family not in FAMILIES:
@@ -117,7 +118,7 @@ def hf_config(model_cfg):
 
 def _deepseek_v3(model_cfg, common: dict, extra: dict):
     """DeepSeek-V3's MLA attention with a dense MLP in every layer (no routed experts)."""
-    from transformers import AutoConfig
+    from transformers import AutoConfig  # start-up time: transformers' auto classes, only when a model is built
 
     name, heads = model_cfg.name, int(model_cfg.num_heads)
     rank, rope = _get(model_cfg, "kv_lora_rank", None), _get(model_cfg, "qk_rope_head_dim", None)
@@ -151,7 +152,7 @@ def _tied(model_cfg, tied_config, default: bool) -> bool:
     num_params = _get(model_cfg, "num_params", None)
     if num_params is None:
         return default
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM  # start-up time: transformers' auto classes, only when a model is built
 
     with torch.device("meta"):
         tied = count_params(AutoModelForCausalLM.from_config(tied_config))
@@ -176,7 +177,7 @@ def build_model(model_cfg, *, device: str = "cpu", seed: int = 0, attn_implement
 
 
 def _dummy(model_cfg, device: str, seed: int, dtype: torch.dtype, attn_implementation: str):
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM  # start-up time: transformers' auto classes, only when a model is built
 
     config = hf_config(model_cfg)
     cuda = [torch.device(device).index or 0] if torch.device(device).type == "cuda" else []
@@ -196,9 +197,6 @@ def model_path(model_cfg) -> Path:
     path = model_cfg.get("path") if hasattr(model_cfg, "get") else getattr(model_cfg, "path", None)
     if path is None:
         if str(model_cfg.name).startswith("smollm2") or _get(model_cfg, "tokenizer", None) == "smollm2":
-            from kvbench.workloads.common import WorkloadError
-            from kvbench.workloads.tokenizer import smollm2_gguf
-
             try:
                 return smollm2_gguf()
             except WorkloadError as exc:
@@ -231,7 +229,7 @@ def _pretrained(model_cfg, device: str, dtype: torch.dtype, attn_implementation:
 
 
 def _from_pretrained(path: Path, dtype: torch.dtype, attn_implementation: str):
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM  # start-up time: transformers' auto classes, only when a model is built
 
     kwargs = dict(dtype=dtype, local_files_only=True, trust_remote_code=False, attn_implementation=attn_implementation)
     if path.is_file():

@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from kvbench.batch import SeqChunk
+from kvbench.config.errors import ConfigError
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,8 +35,6 @@ class SamplingParams:
     top_k: int = 0  # keep the k most likely tokens (0 = off)
 
     def __post_init__(self) -> None:
-        from kvbench.config.errors import ConfigError
-
         temperature = self.temperature
         if not (isinstance(temperature, (int, float)) and temperature >= 0 and math.isfinite(temperature)):
             raise ConfigError(f"backend.temperature must be a number >= 0; got {self.temperature!r}")

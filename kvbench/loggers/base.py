@@ -10,6 +10,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from kvbench.metrics import LATENCY_METRICS
+from kvbench.results import naming
+
 STEP_PREFIX = "steps/"  # per-step metrics are logged as steps/<name> against the "step" metric
 STEP_METRIC = "step"  # the engine step index
 RATE_PREFIX = "by_rate/"  # one history point per run keyed by request rate (latency-vs-rate lines)
@@ -30,8 +33,6 @@ LATENCY_STATS = ("mean", "median", "p")  # mean_, median_ and every percentile o
 
 def compared_metrics(summary: Mapping[str, Any]) -> dict[str, Any]:
     """The summary row cut to SUMMARY_METRICS and the {mean,median,pP}_{ttft,tpot,itl,e2el}_ms columns."""
-    from kvbench.metrics import LATENCY_METRICS
-
     def latency(key: str) -> bool:
         stat, _, rest = key.partition("_")
         metric, _, unit = rest.partition("_")
@@ -108,13 +109,9 @@ def _plain(node: Any) -> Any:
 def run_tags(fields: Mapping[str, Any]) -> list[str]:
     """The standard run tags (``kvbench.results.naming.run_tags``): ``allocator=<label>``, ``reserve``,
     ``block_size``, ``workload``, ``request_rate``, ``experiment``; absent ones are skipped."""
-    from kvbench.results.naming import run_tags as tags
-
-    return tags(fields)
+    return naming.run_tags(fields)
 
 
 def tags_from_config(flat_config: Mapping[str, Any]) -> list[str]:
     """The standard tags of a flattened run config (``allocator.name``, ``workload.name``, ...)."""
-    from kvbench.results.naming import fields_from_config
-
-    return run_tags(fields_from_config(flat_config))
+    return run_tags(naming.fields_from_config(flat_config))

@@ -26,7 +26,7 @@ def table_rows(rows: Sequence[Mapping], columns: Sequence[str]) -> list[list]:
 
 def log_sweep_table(config: DictConfig, rows: Sequence[Mapping], columns: Sequence[str]) -> str:
     """Log the table as ``sweep_table`` in a run of its own; returns that run's id."""
-    import wandb
+    import wandb  # optional dependency: wandb, for logger=wandb
 
     logger = config.logger
     sweep_dir = Path(str(config.hydra.sweep.dir))

@@ -12,6 +12,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from kvbench.cli import OneLineParser, finite_positive
+
 SYNCED_SUFFIX = ".synced"  # wandb sync leaves run-<id>.wandb.synced next to an uploaded log
 
 
@@ -29,8 +31,6 @@ def find_offline_runs(roots: Sequence[str | Path], include_synced: bool = False)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from kvbench.cli import OneLineParser, finite_positive
-
     parser = OneLineParser(prog="kvbench-sync", description=__doc__.splitlines()[0])
     parser.add_argument("roots", nargs="*", default=["results"], help="folders to search (results)")
     parser.add_argument("--list", action="store_true", help="only print the runs found")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import struct
+import time
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -87,8 +88,6 @@ def read_offline_run(run_path: str | Path, wait_s: float = 10.0) -> OfflineRun:
     wandb's writer process may still be flushing a run that just finished: wait up to
     ``wait_s`` seconds for its exit record before returning what is there.
     """
-    import time
-
     deadline = time.monotonic() + wait_s
     while True:
         run = _read_offline_run(run_path)
@@ -98,7 +97,7 @@ def read_offline_run(run_path: str | Path, wait_s: float = 10.0) -> OfflineRun:
 
 
 def _read_offline_run(run_path: str | Path) -> OfflineRun:
-    from wandb.proto import wandb_internal_pb2 as pb
+    from wandb.proto import wandb_internal_pb2 as pb  # optional dependency: wandb
 
     run_path = Path(run_path)
     log = run_path if run_path.suffix == ".wandb" else next(run_path.glob("run-*.wandb"))

@@ -14,9 +14,16 @@ from __future__ import annotations
 
 import argparse
 import sys
+import tempfile
 from dataclasses import dataclass, field
 
-from allocators import Allocator, MemoryUsage
+from hydra import compose, initialize_config_dir
+
+import kvbench.run.prepare as app  # build_allocator is looked up there, run(cfg) prepares through it
+from allocators import Allocator, AllocatorError, MemoryUsage
+from kvbench.config.errors import CONF_DIR
+from kvbench.peers import build_peer
+from kvbench.run.lifecycle import run
 
 # ops whose differing answer changes the engine's next decisions
 DECISIONS = ("admit", "grow", "grow_many", "fork")
@@ -110,14 +117,6 @@ def replay(ops: list[Op], peer: Allocator) -> Report:
 
 def record(overrides: list[str]) -> tuple[list[Op], dict]:
     """Run one kvbench job (sim, logger off, nothing kept) and return its op stream and summary."""
-    import tempfile
-
-    from hydra import compose, initialize_config_dir
-
-    import kvbench.run.prepare as app  # build_allocator is looked up there, run(cfg) prepares through it
-    from kvbench.run.lifecycle import run
-    from kvbench.config.errors import CONF_DIR
-
     recorders: list[OpRecorder] = []
     original = app.build_allocator
 
@@ -144,9 +143,6 @@ def main(argv: list[str] | None = None) -> int:
                         help="a knob of the peer (default for vllm-v1: cache_at=commit, kvbench's hashing moment)")
     parser.add_argument("overrides", nargs="*", help="kvbench overrides of the recorded run (sim backend)")
     args = parser.parse_args(argv)
-    from allocators import AllocatorError
-
-    from kvbench.peers import build_peer
     try:
         ops, summary = record(args.overrides)
         inner = summary

@@ -77,8 +77,9 @@ def _job(cfg: DictConfig, hc, run_dir: Path, worker: bool) -> float | None:
     try:
         run_dir, run_id = _run_dir_and_id(hc)
         lock = hold_run_lock(run_dir, run_id)
+        spec = None  # the job's run spec, built once: here (a logger), or else by run's prepare
         if cfg.logger.name != "none":
-            check_job(cfg)  # the workload and pool before the logger makes anything
+            spec = check_job(cfg)  # the workload and pool before the logger makes anything
             from kvbench.loggers import build_logger  # optional dependency: wandb, only for logger=wandb
 
             logger = build_logger(cfg.logger)
@@ -86,7 +87,7 @@ def _job(cfg: DictConfig, hc, run_dir: Path, worker: bool) -> float | None:
             tags = [f"experiment={cfg.experiment_name}"]
             logger.start(OmegaConf.to_container(cfg, resolve=True), run_id=run_id,
                          name=None, group=group, tags=tags, run_dir=run_dir)
-        summary = run(cfg, run_dir=run_dir, logger=logger, run_id=run_id)
+        summary = run(cfg, run_dir=run_dir, logger=logger, run_id=run_id, spec=spec)
     except (KeyboardInterrupt, Terminated) as exc:
         _finish_logger(logger, 1)
         logger = None

@@ -10,6 +10,7 @@ import numpy as np
 from omegaconf import DictConfig
 
 from kvbench.config.errors import ConfigError
+from kvbench.config.spec import RunSpec
 from kvbench.engine import Engine, SchedulerConfig
 from kvbench.engine.policies import scheduler_class
 from kvbench.engine.policy_checks import policy_knobs
@@ -48,9 +49,11 @@ def _identity(cfg: DictConfig, prep: Prepared, run_id: str) -> dict:
     }
 
 
-def run(cfg: DictConfig, run_dir: str | Path | None = None, logger=None, run_id: str | None = None) -> dict:
-    """One run: build, simulate or execute, write results; returns the summary row."""
-    prep = prepare(cfg)
+def run(cfg: DictConfig, run_dir: str | Path | None = None, logger=None, run_id: str | None = None,
+        spec: RunSpec | None = None) -> dict:
+    """One run: build, simulate or execute, write results; returns the summary row. ``spec``: the
+    job's run spec when its checks built it already (``kvbench.run.precheck.check_job``)."""
+    prep = prepare(cfg, spec)
     requests = prep.workload.requests
     run_id = run_id or new_run_id()
     eng = cfg.engine
@@ -63,7 +66,7 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None, logger=None, run_id:
                         progress=progress.update_to if progress else None,
                         memmap_every=int(eng.get("memmap_every") or 0),
                         scheduler_cls=scheduler_class(_scheduling(cfg), str(eng.get("batching", "continuous"))),
-                        max_concurrency=cfg.workload.get("max_concurrency"),
+                        max_concurrency=prep.spec.workload.max_concurrency,
                         load_cost=LoadCost.from_configs(cfg) if prep.tiers is not None else None)
         out = engine.run(requests)
     finally:
@@ -158,19 +161,19 @@ def _offload_columns(cfg: DictConfig, prep: Prepared, engine: Engine) -> dict:
 
 def _extras(cfg: DictConfig, prep: Prepared, out) -> dict:
     """Knobs and timing splits beyond the design's columns, for the studies and figures."""
-    wl, eng = cfg.workload, cfg.engine
+    wl, eng = prep.spec.workload, cfg.engine
     steps, reqs = out.steps, out.requests
     done = reqs[reqs["status"] == "finished"] if len(reqs) else reqs
     # tokens the engine generated: every sample and every beam runs to the output length
     generated = float((done["output_len"] * done[["n", "beam_width"]].max(axis=1)).sum()) if len(done) else 0.0
     extras = {
         **_length_stats(prep.workload.requests),
-        "max_concurrency": wl.get("max_concurrency"),
-        "burstiness": float(wl.get("burstiness", 1.0)),
-        "n": int(wl.get("n", 1)),
-        "beam_width": int(wl.get("beam_width", 1)),
-        "ignore_eos": bool(wl.get("ignore_eos", True)),
-        "prefix_len": int(wl.prefix_len) if wl.get("prefix_len") is not None else None,
+        "max_concurrency": wl.max_concurrency,
+        "burstiness": wl.burstiness,
+        "n": wl.n,
+        "beam_width": wl.beam_width,
+        "ignore_eos": bool(cfg.workload.get("ignore_eos", True)),
+        "prefix_len": wl.prefix_len,
         "preemption": str(eng.preemption),
         "chunked_prefill": bool(eng.chunked_prefill),
         "system": str(cfg.system.name) if cfg.get("system") is not None else None,

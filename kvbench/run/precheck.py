@@ -17,6 +17,7 @@ from omegaconf import DictConfig
 from kvbench.config.conflicts import check_conflicts
 from kvbench.config.errors import ConfigError
 from kvbench.config.compose import validate
+from kvbench.config.spec import RunSpec, model_geometry
 from kvbench.config.knob_types import check_knob_types, group_overrides, where_key_lives
 from kvbench.config.source import hydra_source
 from kvbench.config.sweeper_checks import check_launch, check_objective
@@ -62,20 +63,24 @@ def _job_overrides(overrides: list[str], multirun: bool) -> list[list[str]]:
     return jobs or [[]]
 
 
-def check_job(cfg: DictConfig) -> None:
-    """Every check of one composed job that needs no model weights: raises a kvbench error."""
+def check_job(cfg: DictConfig) -> RunSpec | None:
+    """Every check of one composed job that needs no model weights: raises a kvbench error. Returns
+    the run spec it built, for the job to hand on (None on hf without engine.kv_cache_bytes: the
+    default pool needs the device's free memory, which ``prepare`` reads)."""
     validate(cfg)
     check_results_dir(Path(cfg.results_dir))
     if cfg.backend.name == "sim":
-        _allocator(cfg, run_spec(cfg))
+        spec = run_spec(cfg)
+        _allocator(cfg, spec)
         _check_sim_family(cfg)
     else:
-        _check_hf(cfg)
+        spec = _check_hf(cfg)
     check_activation(cfg)
     workload = _workload(cfg)
     check_dataset(cfg, workload)
     check_servable(cfg, workload.requests)
     check_priorities(cfg, workload.requests)
+    return spec
 
 
 def check_composed(cfg: DictConfig, base: DictConfig, overrides: list[str] | None = None,
@@ -108,14 +113,16 @@ def _check_sim_family(cfg: DictConfig) -> None:
                           f"got {cfg.model.get('family')!r}")
 
 
-def _check_hf(cfg: DictConfig) -> None:
-    """The hf backend's device, attention path and explicit KV size, before any model is built."""
+def _check_hf(cfg: DictConfig) -> RunSpec | None:
+    """The hf backend's device, attention path and explicit KV size, before any model is built; the
+    run spec when engine.kv_cache_bytes sizes the pool (else None: see ``check_job``)."""
     from kvbench.executors.hf import resolve_device, virtual_clock  # start-up time: torch and transformers, hf only
     from kvbench.hf.model import FAMILIES  # start-up time: as above
 
     if cfg.model.family not in FAMILIES:
         raise ConfigError(f"model.family must be one of {', '.join(FAMILIES)} on backend=hf; got {cfg.model.family!r}")
-    virtual_clock(cfg.model, cfg.engine, cfg.gpu, cfg.get("system"))  # the cost model of engine.clock=virtual
+    geometry = model_geometry(cfg.model)
+    virtual_clock(cfg.model, cfg.engine, cfg.gpu, cfg.get("system"), geometry=geometry)  # engine.clock=virtual
     device = resolve_device(cfg.engine.device)
     if cfg.engine.attention == "triton" and device == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
         raise ConfigError("engine.attention=triton needs a CUDA device (or TRITON_INTERPRET=1 on the CPU); "
@@ -126,8 +133,11 @@ def _check_hf(cfg: DictConfig) -> None:
         if kv > ram:
             raise ConfigError(f"engine.kv_cache_bytes: {kv:.4g} bytes is more than this machine's memory "
                               f"({ram / 2**30:.1f} GiB)")
-    if kv is not None:
-        _allocator(cfg, run_spec(cfg, kv_bytes=int(kv)))
+    if kv is None:
+        return None
+    spec = run_spec(cfg, geometry=geometry)  # an explicit size: the job's own spec
+    _allocator(cfg, spec)
+    return spec
 
 
 def _app_task() -> None:

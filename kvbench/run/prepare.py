@@ -9,7 +9,7 @@ from omegaconf import DictConfig, OmegaConf
 from allocators import AllocatorError, build as build_allocator
 from kvbench.config.errors import ConfigError
 from kvbench.config.compose import validate
-from kvbench.config.spec import RunSpec, pool_slots, scheduler_limits
+from kvbench.config.spec import RunSpec, model_geometry, pool_slots, scheduler_limits, workload_summary
 from kvbench.engine.policy_checks import check_priorities
 from kvbench.geometry import KVGeometry
 from kvbench.run.group_knobs import group_knobs
@@ -27,15 +27,27 @@ def _errors() -> tuple[type[Exception], ...]:
 @dataclass
 class Prepared:
     spec: RunSpec
-    geometry: KVGeometry
-    kv_bytes: int
-    num_slots: int
     allocator: object
     workload: object
     executor: object
-    device: str
-    gpu_profile: str | None
+    gpu_profile: str | None  # the spec's, or on hf with engine.clock=virtual the profile that times the steps
     tiers: object = None  # allocators.tiers.TierStack when offload is on
+
+    @property
+    def geometry(self) -> KVGeometry:
+        return self.spec.geometry
+
+    @property
+    def num_slots(self) -> int:
+        return self.spec.num_slots
+
+    @property
+    def kv_bytes(self) -> int:
+        return self.spec.kv_bytes
+
+    @property
+    def device(self) -> str:
+        return self.spec.device
 
 
 def _kv_bytes(cfg: DictConfig, geometry: KVGeometry) -> tuple[int, str, str | None]:
@@ -48,7 +60,7 @@ def _kv_bytes(cfg: DictConfig, geometry: KVGeometry) -> tuple[int, str, str | No
             kv = int(eng.kv_cache_bytes)
         else:
             try:
-                kv = int(kv_cache_bytes(cfg.model, cfg.gpu, eng.gpu_memory_utilization))
+                kv = int(kv_cache_bytes(cfg.model, cfg.gpu, eng.gpu_memory_utilization, geometry=geometry))
             except ValueError as exc:
                 raise ConfigError(f"model {cfg.model.name} on gpu {cfg.gpu.name}: {exc}") from None
         return kv, "sim", str(cfg.gpu.name)
@@ -60,15 +72,22 @@ def _kv_bytes(cfg: DictConfig, geometry: KVGeometry) -> tuple[int, str, str | No
     return kv, device, None
 
 
-def run_spec(cfg: DictConfig, kv_bytes: int | None = None) -> RunSpec:
-    """The run spec of a composed config: the one place that derives the model's KV geometry and
-    the pool size (``kv_bytes`` replaces the configured or default KV memory, for checks)."""
-    geometry = KVGeometry.from_model_cfg(cfg.model)
+def run_spec(cfg: DictConfig, kv_bytes: int | None = None, geometry: KVGeometry | None = None) -> RunSpec:
+    """The run spec of a composed, validated config: the one place that derives the pool size, from
+    the model's KV geometry (``model_geometry``, or ``geometry`` when the caller derived it already)
+    and the configured or default KV memory (``kv_bytes`` replaces that, for checks).
+
+    A job builds its spec once (``check_job`` or ``prepare``, handed on to ``run``). The pre-check
+    builds each job's with this same function before Hydra starts, but cannot hand it over: Hydra
+    composes the job's config anew, and a launcher (joblib, Ray, submitit) runs the job in another
+    process; on hf the default pool also needs the device's free memory, read in the job."""
+    geometry = geometry if geometry is not None else model_geometry(cfg.model)
     kv, device, gpu_profile = _kv_bytes(cfg, geometry)
     block_size = cfg.allocator.get("block_size")
     return RunSpec(geometry=geometry, num_slots=pool_slots(cfg, geometry, kv if kv_bytes is None else kv_bytes),
                    block_size=block_size if isinstance(block_size, int) else None,  # a bad one: the allocator says so
-                   scheduler=scheduler_limits(cfg, geometry), device=device, gpu_profile=gpu_profile)
+                   scheduler=scheduler_limits(cfg, geometry), device=device, gpu_profile=gpu_profile,
+                   workload=workload_summary(cfg))
 
 
 def _allocator(cfg: DictConfig, spec: RunSpec):
@@ -103,10 +122,11 @@ def _window_knob(cfg: DictConfig, geometry: KVGeometry, knobs: dict) -> None:
         knobs["window"] = geometry.max_window
 
 
-def prepare(cfg: DictConfig) -> Prepared:
-    """Everything a run needs, built and checked; raises a kvbench error on bad input."""
+def prepare(cfg: DictConfig, spec: RunSpec | None = None) -> Prepared:
+    """Everything a run needs, built and checked; raises a kvbench error on bad input. ``spec``:
+    the job's run spec when its checks built it already (``check_job``), else built here."""
     validate(cfg)
-    spec = run_spec(cfg)
+    spec = spec if spec is not None else run_spec(cfg)
     allocator = _allocator(cfg, spec)
     gpu_profile = spec.gpu_profile
     tiers = build_tiers(cfg, spec.geometry.bytes_per_slot, spec.kv_bytes, allocator.block_size,
@@ -118,7 +138,8 @@ def prepare(cfg: DictConfig) -> Prepared:
     if cfg.backend.name == "sim":
         from kvbench.executors.sim import SimExecutor  # start-up time: sim only
 
-        executor = SimExecutor(cfg.model, cfg.gpu, seed=int(cfg.seed), system_cfg=cfg.get("system"))
+        executor = SimExecutor(cfg.model, cfg.gpu, seed=int(cfg.seed), system_cfg=cfg.get("system"),
+                               geometry=spec.geometry)
     else:
         from kvbench.executors.hf import HFExecutor  # start-up time: torch, hf only
 
@@ -127,8 +148,7 @@ def prepare(cfg: DictConfig) -> Prepared:
                               system_cfg=cfg.get("system"), geometry=spec.geometry)
         if executor.cost is not None:
             gpu_profile = str(cfg.gpu.name)  # the profile that times the steps
-    return Prepared(spec, spec.geometry, spec.kv_bytes, spec.num_slots, allocator, workload, executor,
-                    spec.device, gpu_profile, tiers)
+    return Prepared(spec, allocator, workload, executor, gpu_profile, tiers)
 
 
 _WORKLOADS: dict[str, object] = {}  # built by the pre-check, reused by the run in the same process

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import sys
 import threading
 import time
@@ -159,8 +160,6 @@ _WATCHED: dict[str, int] = {}  # the parent a worker watches
 
 def mark_main_process() -> None:
     """Name this process as the kvbench process, for the workers its launcher starts."""
-    import socket
-
     os.environ[MAIN_PID_ENV] = str(os.getpid())
     os.environ[MAIN_HOST_ENV] = socket.gethostname()
 
@@ -168,8 +167,6 @@ def mark_main_process() -> None:
 def _expected_parent() -> int:
     """The kvbench process when this worker is its child on the same host (it may be gone
     already: the worker then stops at once), else whatever parent the worker has now."""
-    import socket
-
     main_pid = os.environ.get(MAIN_PID_ENV, "")
     same_host = os.environ.get(MAIN_HOST_ENV) == socket.gethostname()
     if same_host and main_pid.isdigit() and (os.getppid() == int(main_pid) or os.getppid() == 1):

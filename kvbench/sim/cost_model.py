@@ -267,11 +267,6 @@ def weight_bytes(model) -> int:
     return num_params(model) * DTYPE_BYTES[model.dtype]
 
 
-def bytes_per_slot(model) -> int:
-    """K and V of one token, all layers."""
-    return KVGeometry.from_model_cfg(model).bytes_per_slot
-
-
 def activation_bytes_per_gpu(
     model, count: int = 1, max_num_batched_tokens: int | None = None, max_num_seqs: int = DEFAULT_MAX_NUM_SEQS
 ) -> int:
@@ -386,8 +381,11 @@ def kv_cache_bytes(
     utilization: float = 0.9,
     max_num_batched_tokens: int | None = None,
     max_num_seqs: int = DEFAULT_MAX_NUM_SEQS,
+    *,
+    geometry: KVGeometry,
 ) -> int:
-    """KV memory of all ``gpu.count`` GPUs together (see the module docstring)."""
+    """KV memory of all ``gpu.count`` GPUs together (see the module docstring); ``geometry``: the
+    model's (``kvbench.config.spec.model_geometry``), which must hold at least one slot."""
     _check_model(model_cfg)
     if not 0.0 < utilization <= 1.0:
         raise ValueError(f"utilization must be in (0, 1], got {utilization}")
@@ -399,7 +397,7 @@ def kv_cache_bytes(
         + activation_bytes_per_gpu(model_cfg, count, max_num_batched_tokens, max_num_seqs)
     )
     kv = int(usable - weights - headroom)
-    if kv < bytes_per_slot(model_cfg):
+    if kv < geometry.bytes_per_slot:
         raise ValueError(
             f"model {getattr(model_cfg, 'name', '?')} does not fit on "
             f"{count} x {getattr(gpu_cfg, 'name', '?')}: "
@@ -473,7 +471,9 @@ class CostParams:
         return self.allreduce_latency_s + 2.0 * (n - 1) / n * nbytes / self.interconnect_rate
 
     @classmethod
-    def from_configs(cls, model, gpu, system=None) -> "CostParams":
+    def from_configs(cls, model, gpu, system=None, *, geometry: KVGeometry) -> "CostParams":
+        """The parameters of ``model`` on ``gpu``; every KV byte count from ``geometry``, the
+        model's as the run spec holds it (``kvbench.config.spec.model_geometry``)."""
         _check_model(model)
         for name in ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_size",
                      "intermediate_size", "vocab_size"):
@@ -497,7 +497,7 @@ class CostParams:
             lm_head_flops_per_sample=2.0 * vocab * h,
             weight_read_bytes=float((linear + vocab * h) * dtype_bytes),
             attn_flops_per_pair=4.0 * int(model.num_heads) * int(model.head_size) * layers,
-            bytes_per_slot=float(bytes_per_slot(model)),
+            bytes_per_slot=float(geometry.bytes_per_slot),
             segments_per_block=2.0 * layers * int(model.num_kv_heads),
             segments_per_copy_op=2.0 * layers,
             sample_cost_s=(constant(gpu, system, "sample_host_s")
@@ -642,14 +642,14 @@ def step_time(p: CostParams, s: StepSummary) -> dict[str, float]:
     }
 
 
-def batch_time(model, gpu, batch, system=None) -> dict[str, float]:
+def batch_time(model, gpu, batch, system=None, *, geometry: KVGeometry) -> dict[str, float]:
     """Convenience for one-off use: ``step_time`` of a StepBatch from configs."""
-    return step_time(CostParams.from_configs(model, gpu, system), summarize(batch))
+    return step_time(CostParams.from_configs(model, gpu, system, geometry=geometry), summarize(batch))
 
 
-def describe(model, gpu) -> str:
+def describe(model, gpu, *, geometry: KVGeometry) -> str:
     """One line for logs: weight-read time per step and where the dense part turns compute bound."""
-    p = CostParams.from_configs(model, gpu)
+    p = CostParams.from_configs(model, gpu, geometry=geometry)
     weight_s = p.weight_read_bytes / p.count / p.mem_rate
     ridge_tokens = weight_s * p.count * p.flops_rate / p.dense_flops_per_token
     return (f"{getattr(model, 'name', '?')} on {p.count} x {getattr(gpu, 'name', '?')}: "

@@ -32,9 +32,12 @@ import numpy as np
 from omegaconf import OmegaConf
 from scipy.optimize import least_squares
 
+from kvbench.cli import OneLineParser, fail, finite_positive
+from kvbench.config.spec import model_geometry
 from kvbench.sim import fit_profile, opfit
 from kvbench.sim.cost_model import CostParams, StepSummary, gpu_constant, op_constants, step_time
 from kvbench.sim.operators import OP_MODELS
+from kvbench.sim.points_file import PointsError, check_points, read_points
 from kvbench.sim.profiles import load_gpu
 
 MEASUREMENTS = Path(__file__).with_name("measurements.csv")
@@ -96,7 +99,8 @@ def evaluate(points: list[dict], system: str = "fastertransformer", constants: d
         gpu = load_gpu(p["gpu"], count=int(p["count"]))
         if constants:
             gpu = OmegaConf.merge(gpu, constants)
-        params = CostParams.from_configs(gpt_model(p["model"]), gpu, OmegaConf.create(SYSTEMS[system]))
+        model = gpt_model(p["model"])
+        params = CostParams.from_configs(model, gpu, OmegaConf.create(SYSTEMS[system]), geometry=model_geometry(model))
         model_ms = static_batch_ms(params, int(p["batch"]), int(p["input_len"]), int(p["output_len"]))
         measured = float(p["measured_ms"])
         out.append(p | {"model_ms": model_ms, "error": model_ms / measured - 1.0})
@@ -249,8 +253,6 @@ def print_regimes(gpu: str, cfg, groups: list[opfit.OpGroup], held_out: bool) ->
 
 def fit_user_profile(args) -> int:
     """``--fit-ops DIR``: fit a profile on the tables under DIR and write it to ``--out``."""
-    from kvbench.cli import fail
-
     prog = "kvbench-validate"
     if args.out is None:
         return fail(prog, "--fit-ops DIR needs --out PATH (the GPU profile YAML to write)")
@@ -277,9 +279,6 @@ def fit_user_profile(args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from kvbench.cli import OneLineParser, fail, finite_positive
-    from kvbench.sim.points_file import PointsError, check_points, read_points
-
     parser = OneLineParser(prog="kvbench-validate", description=__doc__.splitlines()[0])
     parser.add_argument("--file", type=Path, default=MEASUREMENTS, help="end-to-end measurements CSV")
     parser.add_argument("--fit", action="store_true", help="refit FIT_KEYS on the single-GPU end-to-end rows")

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from omegaconf import DictConfig, OmegaConf
 
 from kvbench.requests import Request
 
@@ -105,11 +106,7 @@ REPLAY_COMMON_DEFAULTS: dict[str, Any] = {
 
 
 def _plain(cfg: Any) -> dict[str, Any]:
-    try:
-        from omegaconf import DictConfig, OmegaConf
-    except ImportError:  # pragma: no cover - omegaconf comes with hydra
-        DictConfig = ()
-    if DictConfig and isinstance(cfg, DictConfig):
+    if isinstance(cfg, DictConfig):
         return OmegaConf.to_container(cfg, resolve=True)  # type: ignore[return-value]
     if isinstance(cfg, Mapping):
         return dict(cfg)

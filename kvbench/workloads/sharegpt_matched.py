@@ -14,6 +14,7 @@ the paper, never its result figures. The factors go into the workload's metadata
 """
 from __future__ import annotations
 
+from importlib.resources import files
 from typing import Any
 
 import numpy as np
@@ -63,8 +64,6 @@ def build_sharegpt_matched(knobs: Knobs, common: CommonKnobs, count: int, limits
     table = knobs.get_choice("lengths", tuple(TABLES))
     target_prompt = knobs.get_float("target_mean_prompt", positive=True)
     target_output = knobs.get_float("target_mean_output", positive=True)
-    from importlib.resources import files
-
     path = files(__package__).joinpath("data", TABLES[table])
     prompt, output, provenance = load_lengths_table(path)
     keep = SHAREGPT_FILTER.mask(prompt, output, 1 << 30)  # the shipped tables hold filtered pairs already

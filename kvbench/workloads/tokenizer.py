@@ -39,7 +39,7 @@ def gpt2_files() -> tuple[Path, Path]:
 
 
 def _gpt2_tokenizer():
-    from tokenizers import ByteLevelBPETokenizer
+    from tokenizers import ByteLevelBPETokenizer  # start-up time: tokenizers and transformers, only when this tokenizer is needed
     from transformers import PreTrainedTokenizerFast
 
     vocab, merges = gpt2_files()
