@@ -28,7 +28,7 @@ class UniformAllocator(GroupedAllocator):
         specs = parse_groups(groups)
         merged = [("full", None, sum(g.token_bytes for g in specs if g.kind != "state"), 0)]
         merged += [(g.kind, g.size, g.token_bytes, g.state_bytes) for g in specs if g.kind == "state"]
-        super().__init__(num_slots, block_size, merged, slot_bytes, prefill_chunk, debug)
+        super().__init__(num_slots, block_size, merged, slot_bytes, prefill_chunk, debug, model_groups=groups)
 
     def _make_pool(self):
         page = self.block_size * self.attention[0].token_bytes
