@@ -416,10 +416,21 @@ class GroupedAllocator(Allocator):
             for i, b in enumerate(seq.states):
                 g = self._state_index(i)
                 counts[g][b] = counts[g].get(b, 0) + 1
+        for g, b in self._other_owned():
+            counts[g][b] = counts[g].get(b, 0) + 1
         for g in range(len(self.groups)):
             assert counts[g] == self._ref[g], f"group {g}: reference counts differ from the tables"
         used = sum(len(self._ref[g]) * self.pool.block_bytes[g] for g in range(len(self.groups)))
+        used += self._cached_bytes()
         assert self.pool.free_bytes() == self.pool_bytes - used, "free + used bytes != pool bytes"
+
+    def _other_owned(self) -> list[tuple[int, int]]:
+        """(group, block) references held outside the sequences' tables (prefix caching's checkpoints)."""
+        return []
+
+    def _cached_bytes(self) -> int:
+        """Bytes of blocks no sequence references that a prefix cache keeps (none here)."""
+        return 0
 
 
 def _final(final_lens: Mapping[int, int], seq_id: int) -> int:
