@@ -228,3 +228,13 @@ def test_random_ops_keep_every_group_reading_its_own_tokens(name, seed):
     for sid in list(live):
         a.free(sid)
     assert a.usage({}).external * a.unit_bytes == a.pool_bytes
+
+
+def test_hybrid_static_default_split_is_one_request_of_half_the_context():
+    a = build("hybrid_static", 100, block_size=4, groups=GEMMA, max_model_len=64, prefill_chunk=4)
+    # split_len 32: full 32 tokens * 10 bytes = 320; window its 8 plus a 4-token prefill chunk * 52 = 624
+    # of the 6200 bytes: int(6200 * 320 / 944) = 2101 -> 52 blocks of 40; int(6200 * 624 / 944) = 4098 -> 19 of 208
+    assert a.pool.num_blocks == [52, 19]
+    b = build("hybrid_static", 100, block_size=4, groups=GEMMA, max_model_len=64, prefill_chunk=4, split_len=8)
+    # 8 tokens: full 80, window 8 * 52 = 416 -> int(6200 * 80 / 496) = 1000 -> 25; int(6200 * 416 / 496) = 5200 -> 25
+    assert b.pool.num_blocks == [25, 25]
