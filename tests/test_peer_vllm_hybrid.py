@@ -1,0 +1,104 @@
+"""vLLM v1's hybrid KV-cache coordinator beside kvbench's ``hybrid`` on a mixed full/window model.
+
+The same requests drive both: each prompt computed in one chunk, then one token a step, requests
+admitted and finished at random. vLLM is driven directly (``KVCacheManager.allocate_slots`` /
+``free``, prefix caching off) over a ``KVCacheConfig`` of one full-attention group and sliding-
+window groups; kvbench's ``hybrid`` gets the same groups. At every step each request's live
+blocks per group (vLLM: its block list less null blocks; kvbench: its table less DROPPED entries)
+and the pool's free pages must be equal.
+
+Gemma-shaped (10 full layers, 52 sliding): vLLM pads to one page size by splitting the 52 layers
+into 6 groups of at most 10 layers (6 block tables that move in step); kvbench keeps one window
+table whose block takes 6 pages of 10 layers. Same pages, one table instead of six: that is the
+one difference, and the page counts pin it.
+
+vLLM is an optional extra (``make peers``); without it these tests skip. Run:
+``PYTHONPATH=<peers site>:. .venv/bin/python -m pytest tests/test_peer_vllm_hybrid.py -m slow``.
+"""
+from __future__ import annotations
+
+import random
+
+import pytest
+
+vllm = pytest.importorskip("vllm", reason="vllm not installed (make peers)")
+
+import torch  # noqa: E402
+from vllm.sampling_params import SamplingParams  # noqa: E402
+from vllm.v1.core.kv_cache_manager import KVCacheManager  # noqa: E402
+from vllm.v1.kv_cache_interface import (  # noqa: E402
+    FullAttentionSpec,
+    KVCacheConfig,
+    KVCacheGroupSpec,
+    SlidingWindowSpec,
+)
+from vllm.v1.request import Request  # noqa: E402
+
+from allocators import build  # noqa: E402
+from allocators.grouped import DROPPED  # noqa: E402
+
+BS, WINDOW, MAX_LEN = 4, 8, 96
+
+
+def _vllm(num_pages: int, sliding_groups: int) -> KVCacheManager:
+    full = FullAttentionSpec(block_size=BS, num_kv_heads=1, head_size=1, dtype=torch.float16)
+    sw = SlidingWindowSpec(block_size=BS, num_kv_heads=1, head_size=1, dtype=torch.float16, sliding_window=WINDOW)
+    groups = [KVCacheGroupSpec(["full"], full)] + [KVCacheGroupSpec([f"sw{i}"], sw) for i in range(sliding_groups)]
+    config = KVCacheConfig(num_blocks=num_pages + 1, kv_cache_tensors=[], kv_cache_groups=groups)  # + null block
+    return KVCacheManager(config, max_model_len=MAX_LEN, scheduler_block_size=BS, hash_block_size=BS,
+                          enable_caching=False)
+
+
+def _vllm_live(manager: KVCacheManager, rid: str) -> list[int]:
+    return [sum(1 for b in m.req_to_blocks.get(rid, []) if not b.is_null)
+            for m in manager.coordinator.single_type_managers]
+
+
+def _kvbench_live(alloc, sid: int) -> list[int]:
+    return [sum(1 for b in table if b != DROPPED) for table in alloc.group_tables(sid)]
+
+
+@pytest.mark.slow  # ~20 s with vLLM's import
+@pytest.mark.parametrize("window_layers, sliding_groups", [(10, 1), (52, 6)], ids=["equal-pages", "gemma-shaped"])
+@pytest.mark.parametrize("seed", range(3))
+def test_block_counts_per_group_equal_vllm_step_by_step(window_layers, sliding_groups, seed):
+    pages = 120
+    ours = build("hybrid", pages * BS, block_size=BS, groups=[("full", None, 10, 0), ("window", WINDOW, window_layers, 0)],
+                 slot_bytes=10, prefill_chunk=MAX_LEN, debug=True)
+    theirs = _vllm(pages, sliding_groups)
+    assert ours.pool.num_pages == pages
+    rng = random.Random(seed)
+    live: dict[int, tuple[Request, int]] = {}  # seq -> (vLLM request, tokens still to decode)
+    next_id, compared = 0, 0
+    for step in range(300):
+        if rng.random() < 0.3:  # a new request, its prompt computed in one chunk
+            prompt = list(range(rng.randrange(1, 40)))
+            need = ours.admit(next_id, prompt, MAX_LEN)
+            if need.ok:
+                request = Request(str(next_id), prompt, SamplingParams(max_tokens=MAX_LEN), None)
+                assert ours.grow(next_id, len(prompt), prompt) is not None
+                assert theirs.allocate_slots(request, len(prompt)) is not None
+                request.num_computed_tokens = len(prompt)
+                live[next_id] = (request, rng.randrange(1, MAX_LEN - len(prompt)))
+            next_id += 1
+        for sid in sorted(live):  # one decode step each, in the same order on both sides
+            request, left = live[sid]
+            if left == 0:
+                ours.free(sid)
+                theirs.free(request)
+                del live[sid]
+                continue
+            if ours.grow(sid, 1, [7]) is None:
+                assert theirs.allocate_slots(request, 1) is None, "vLLM found room kvbench did not"
+                continue
+            assert theirs.allocate_slots(request, 1) is not None, "kvbench found room vLLM did not"
+            request.append_output_token_ids(7)
+            request.num_computed_tokens += 1
+            live[sid] = (request, left - 1)
+        for sid, (request, _) in live.items():
+            full, window = _kvbench_live(ours, sid)
+            assert _vllm_live(theirs, str(sid)) == [full] + [window] * sliding_groups, (step, sid)
+            compared += 1
+        used_ours = ours.pool.num_pages - len(ours.pool._free)
+        assert theirs.block_pool.get_num_free_blocks() == pages - used_ours, step
+    assert compared > 200
