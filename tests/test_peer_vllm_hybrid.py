@@ -10,7 +10,8 @@ and the pool's free pages must be equal.
 Gemma-shaped (10 full layers, 52 sliding): vLLM pads to one page size by splitting the 52 layers
 into 6 groups of at most 10 layers (6 block tables that move in step); kvbench keeps one window
 table whose block takes 6 pages of 10 layers. Same pages, one table instead of six: that is the
-one difference, and the page counts pin it.
+one difference, and the page counts pin it. Chunked local attention (Llama 4) likewise, against
+vLLM's chunked-local groups.
 
 vLLM is an optional extra (``make peers``); without it these tests skip. Run:
 ``PYTHONPATH=<peers site>:. .venv/bin/python -m pytest tests/test_peer_vllm_hybrid.py -m slow``.
@@ -27,6 +28,7 @@ import torch  # noqa: E402
 from vllm.sampling_params import SamplingParams  # noqa: E402
 from vllm.v1.core.kv_cache_manager import KVCacheManager  # noqa: E402
 from vllm.v1.kv_cache_interface import (  # noqa: E402
+    ChunkedLocalAttentionSpec,
     FullAttentionSpec,
     KVCacheConfig,
     KVCacheGroupSpec,
@@ -40,9 +42,13 @@ from allocators.grouped import DROPPED  # noqa: E402
 BS, WINDOW, MAX_LEN = 4, 8, 96
 
 
-def _vllm(num_pages: int, sliding_groups: int) -> KVCacheManager:
+def _vllm(num_pages: int, sliding_groups: int, kind: str = "window") -> KVCacheManager:
     full = FullAttentionSpec(block_size=BS, num_kv_heads=1, head_size=1, dtype=torch.float16)
-    sw = SlidingWindowSpec(block_size=BS, num_kv_heads=1, head_size=1, dtype=torch.float16, sliding_window=WINDOW)
+    if kind == "window":
+        sw = SlidingWindowSpec(block_size=BS, num_kv_heads=1, head_size=1, dtype=torch.float16, sliding_window=WINDOW)
+    else:
+        sw = ChunkedLocalAttentionSpec(block_size=BS, num_kv_heads=1, head_size=1, dtype=torch.float16,
+                                       attention_chunk_size=WINDOW)
     groups = [KVCacheGroupSpec(["full"], full)] + [KVCacheGroupSpec([f"sw{i}"], sw) for i in range(sliding_groups)]
     config = KVCacheConfig(num_blocks=num_pages + 1, kv_cache_tensors=[], kv_cache_groups=groups)  # + null block
     return KVCacheManager(config, max_model_len=MAX_LEN, scheduler_block_size=BS, hash_block_size=BS,
@@ -59,13 +65,15 @@ def _kvbench_live(alloc, sid: int) -> list[int]:
 
 
 @pytest.mark.slow  # ~20 s with vLLM's import
-@pytest.mark.parametrize("window_layers, sliding_groups", [(10, 1), (52, 6)], ids=["equal-pages", "gemma-shaped"])
+@pytest.mark.parametrize("kind, window_layers, sliding_groups",
+                         [("window", 10, 1), ("window", 52, 6), ("chunked", 30, 3)],
+                         ids=["equal-pages", "gemma-shaped", "chunked"])
 @pytest.mark.parametrize("seed", range(3))
-def test_block_counts_per_group_equal_vllm_step_by_step(window_layers, sliding_groups, seed):
+def test_block_counts_per_group_equal_vllm_step_by_step(kind, window_layers, sliding_groups, seed):
     pages = 120
-    ours = build("hybrid", pages * BS, block_size=BS, groups=[("full", None, 10, 0), ("window", WINDOW, window_layers, 0)],
+    ours = build("hybrid", pages * BS, block_size=BS, groups=[("full", None, 10, 0), (kind, WINDOW, window_layers, 0)],
                  slot_bytes=10, prefill_chunk=MAX_LEN, debug=True)
-    theirs = _vllm(pages, sliding_groups)
+    theirs = _vllm(pages, sliding_groups, kind)
     assert ours.pool.num_pages == pages
     rng = random.Random(seed)
     live: dict[int, tuple[Request, int]] = {}  # seq -> (vLLM request, tokens still to decode)
