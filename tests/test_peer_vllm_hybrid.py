@@ -110,3 +110,60 @@ def test_block_counts_per_group_equal_vllm_step_by_step(kind, window_layers, sli
         used_ours = ours.pool.num_pages - len(ours.pool._free)
         assert theirs.block_pool.get_num_free_blocks() == pages - used_ours, step
     assert compared > 200
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["window", "chunked"])
+@pytest.mark.parametrize("seed", range(3))
+def test_prefix_hits_across_groups_equal_vllm(kind, seed):
+    """Prefix caching on (kvbench ``hybrid_prefix``, vLLM's hybrid coordinator with caching), a
+    pool large enough that nothing is evicted: every admit hits the same number of tokens.
+
+    Limits: with nothing evicted both keep a window's dropped blocks cached, so here the window or
+    chunk group never shortens a hit (the full group's hit decides; mutating kvbench's window rule
+    does not fail this test). A window-limited hit needs eviction, whose order differs (vLLM's
+    free queue also holds unhashed blocks and may evict a cached block before reusing them;
+    kvbench takes free pages first and evicts cached blocks only when short):
+    ``tests/test_grouped_prefix.py`` pins that rule on hand-made cases instead."""
+    from vllm.utils.hashing import sha256
+    from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
+
+    init_none_hash(sha256)
+    hasher = get_request_block_hasher(BS, sha256)
+    pages = 4000
+    ours = build("hybrid_prefix", pages * BS, block_size=BS, groups=[("full", None, 10, 0), (kind, WINDOW, 10, 0)],
+                 slot_bytes=20, prefill_chunk=MAX_LEN, debug=True)
+    theirs = KVCacheManager(_vllm(pages // 2, 1, kind).kv_cache_config, max_model_len=MAX_LEN, scheduler_block_size=BS,
+                            hash_block_size=BS, enable_caching=True)
+    rng = random.Random(seed)
+    streams: list[list[int]] = []  # every finished request's tokens: later prompts extend or cut them
+    hits = []
+    for sid in range(60):
+        if streams and rng.random() < 0.8:
+            base = rng.choice(streams)
+            prompt = base[:rng.randrange(1, len(base) + 1)] + [rng.randrange(1000) for _ in range(rng.randrange(0, 6))]
+        else:
+            prompt = [rng.randrange(1000) for _ in range(rng.randrange(1, 40))]
+        prompt = prompt[:MAX_LEN - 20]
+        admission = ours.admit(sid, prompt, MAX_LEN)
+        request = Request(str(sid), prompt, SamplingParams(max_tokens=MAX_LEN), None, block_hasher=hasher)
+        blocks, hit, _ = theirs.get_computed_blocks(request)
+        assert admission.ok and admission.num_cached_tokens == hit, (sid, len(prompt), admission, hit)
+        hits.append(hit)
+        assert theirs.allocate_slots(request, len(prompt) - hit, hit, blocks, delay_cache_blocks=True) is not None
+        ours.grow(sid, len(prompt) - hit, prompt[hit:])
+        ours.commit()
+        request.num_computed_tokens = len(prompt)
+        theirs.cache_blocks(request, len(prompt))
+        for _ in range(rng.randrange(1, 12)):  # decode, each token committed on both sides
+            token = rng.randrange(1000)
+            ours.grow(sid, 1, [token])
+            ours.commit()
+            request.append_output_token_ids(token)
+            assert theirs.allocate_slots(request, 1, delay_cache_blocks=True) is not None
+            request.num_computed_tokens += 1
+            theirs.cache_blocks(request, request.num_computed_tokens)
+        streams.append(list(request.all_token_ids))
+        ours.free(sid)
+        theirs.free(request)
+    assert sum(h > 0 for h in hits) > 20  # most admits hit something
