@@ -67,6 +67,7 @@ figs: setup
 	@# the beyond studies only when they were run (paper-quick does not run them)
 	test ! -f $(RESULTS)/beyond/index.jsonl || $(BIN)/python -m paper_figs beyond --index $(RESULTS)/beyond/index.jsonl
 	test ! -f $(RESULTS)/traces/index.jsonl || $(BIN)/python -m paper_figs traces --index $(RESULTS)/traces/index.jsonl
+	test ! -f $(RESULTS)/hybrid/index.jsonl || $(BIN)/python -m paper_figs hybrid --index $(RESULTS)/hybrid/index.jsonl
 
 # The studies (one-hour traces for the headline studies, 100 s for the rest; each job's log in
 # results/log-*.txt), the CPU twins on the real model, then the figures. Measured end to end on

@@ -11,6 +11,8 @@
     uniform, hybrid_static, hybrid, lcm   mixed models (allocators.hybrid): num_slots, block_size=16,
                   groups (kind, size, token_bytes, state_bytes each), slot_bytes=None, prefill_chunk=2048, debug=False;
                   hybrid_static also ratios=None, max_model_len=2048
+    hybrid_prefix, lcm_prefix   hybrid / lcm with prefix caching across layer groups (allocators.grouped_prefix):
+                  as hybrid, plus state_checkpoint_every=0 (tokens; a multiple of block_size)
     vattention    VAttentionAllocator(num_slots, block_size=None (auto), page_bytes=2 MiB, token_bytes=2048, reclaim="unmap", debug=False)
 
 block_size is a power of two for every strategy. ``eviction`` (paged_prefix, radix) orders the
@@ -40,6 +42,7 @@ from allocators.base import (
 from allocators.buddy import BuddyAllocator
 from allocators.hybrid import HybridAllocator, HybridStaticAllocator, LcmAllocator, UniformAllocator
 from allocators.contiguous import ContiguousAllocator
+from allocators.grouped_prefix import HybridPrefixAllocator, LcmPrefixAllocator
 from allocators.paged import PagedAllocator
 from allocators.paged_prefix import PagedPrefixAllocator
 from allocators.paged_window import PagedWindowAllocator
@@ -59,8 +62,10 @@ STRATEGIES: dict[str, type[Allocator]] = {
     "hybrid_static": HybridStaticAllocator,
     "hybrid": HybridAllocator,
     "lcm": LcmAllocator,
+    "hybrid_prefix": HybridPrefixAllocator,
+    "lcm_prefix": LcmPrefixAllocator,
 }
-GROUPED = ("uniform", "hybrid_static", "hybrid", "lcm")  # take the model's layer groups
+GROUPED = ("uniform", "hybrid_static", "hybrid", "lcm", "hybrid_prefix", "lcm_prefix")  # take the model's layer groups
 
 
 def knobs_of(name: str) -> list[str]:
@@ -89,6 +94,8 @@ __all__ = [
     "ContiguousAllocator",
     "GROUPED",
     "HybridAllocator",
+    "HybridPrefixAllocator",
+    "LcmPrefixAllocator",
     "HybridStaticAllocator",
     "LcmAllocator",
     "UniformAllocator",

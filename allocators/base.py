@@ -68,6 +68,9 @@ class MemoryUsage:
     external: int  # not allocated and holding nothing reusable
     cached: int | None = None  # not allocated, holding prefix K/V a later request may reuse
     token_slots: int | None = None  # distinct computed tokens when the counts above are not slots (mixed models)
+    # mixed models: per layer group of the model (kind, held, needed) as fractions of the pool's bytes:
+    # held in that group's blocks, and what its layers still read (see allocators.grouped)
+    groups: tuple[tuple[str, float, float], ...] | None = None
 
     @property
     def total(self) -> int:

@@ -41,6 +41,11 @@ class SharedPool:
         pages = sum(n * self.pages_per_block[g] for g, n in needs.items())
         return pages <= (self.num_pages if ever else len(self._free))
 
+    def fits_with(self, needs: Mapping[int, int], released: Mapping[int, list[int]]) -> bool:
+        """Whether ``needs`` would fit once ``released`` (group -> block ids) went back to the pool."""
+        back = sum(len(blocks) * self.pages_per_block[g] for g, blocks in released.items())
+        return sum(n * self.pages_per_block[g] for g, n in needs.items()) <= len(self._free) + back
+
     def take(self, group: int) -> int:
         free = self._free
         first = free.popleft()
@@ -71,6 +76,10 @@ class StaticPools:
 
     def fits(self, needs: Mapping[int, int], ever: bool = False) -> bool:
         return all(n <= (self.num_blocks[g] if ever else len(self._free[g])) for g, n in needs.items())
+
+    def fits_with(self, needs: Mapping[int, int], released: Mapping[int, list[int]]) -> bool:
+        """Whether ``needs`` would fit once ``released`` (group -> block ids) went back to the pool."""
+        return all(n <= len(self._free[g]) + len(released.get(g, ())) for g, n in needs.items())
 
     def take(self, group: int) -> int:
         return self._free[group].popleft()
@@ -103,6 +112,24 @@ class LcmPool:
             return sum(-(-n // self.per_large[g]) for g, n in needs.items()) <= self.num_large
         large = sum(-(-max(0, n - self._free_small[g]) // self.per_large[g]) for g, n in needs.items())
         return large <= len(self._free_large)
+
+    def fits_with(self, needs: Mapping[int, int], released: Mapping[int, list[int]]) -> bool:
+        """Whether ``needs`` would fit once the blocks ``released`` (group -> block ids) went back:
+        a large page all of whose used blocks are released would be free whole."""
+        free_large = len(self._free_large)
+        free_small = list(self._free_small)
+        for g, blocks in released.items():
+            m, going = self.per_large[g], {}
+            for block in blocks:
+                going[block // m] = going.get(block // m, 0) + 1
+            for large, n in going.items():
+                if n == self._used[g][large]:
+                    free_large += 1
+                    free_small[g] -= m - n
+                else:
+                    free_small[g] += n
+        large = sum(-(-max(0, n - free_small[g]) // self.per_large[g]) for g, n in needs.items())
+        return large <= free_large
 
     def take(self, group: int) -> int:
         carved = self._carved[group]

@@ -25,6 +25,14 @@ a state block is ``token`` for its state and ``internal`` for its padding; every
 block is ``external`` (for ``lcm`` that includes carved blocks that are free).
 ``stats()`` adds ``<kind>_bytes`` (bytes in blocks of that kind of group) and
 ``window_freed_blocks``.
+
+Per layer group of the model (``MemoryUsage.groups``, fractions of the pool's bytes): ``held``,
+the bytes in that group's blocks (``uniform`` pages all attention layers in one block, split
+here by each group's bytes per token), and ``needed``, what its layers still read for the next
+token of every live sequence: every computed token in a full group, the last ``size`` in a
+window group, those of the current chunk in a chunked group, one state in a state group (a
+forked sample's tokens counted once per sample). ``needed`` is the same for every strategy at
+the same sequences; ``held - needed`` is the memory a strategy keeps that no layer reads.
 """
 from __future__ import annotations
 
@@ -95,12 +103,14 @@ class GroupedAllocator(Allocator):
     name = ""
 
     def __init__(self, num_slots: int, block_size: int = 16, groups=None, slot_bytes: int | None = None,
-                 prefill_chunk: int = 2048, debug: bool = False) -> None:
+                 prefill_chunk: int = 2048, debug: bool = False, model_groups=None) -> None:
         self.block_size = check_block_size(block_size, num_slots)
         self.prefill_chunk = check_length("prefill_chunk", prefill_chunk, 1)
         self.num_slots = num_slots
         self.debug = bool(debug)
         self.groups = parse_groups(groups)
+        # the model's own groups (uniform pages them merged); per-group memory is reported on these
+        self.model_groups = self.groups if model_groups is None else parse_groups(model_groups)
         self.attention = [g for g in self.groups if g.kind != "state"]
         self.state = [g for g in self.groups if g.kind == "state"]
         default_slot = sum(g.token_bytes for g in self.attention)
@@ -333,8 +343,39 @@ class GroupedAllocator(Allocator):
         held = None  # a uniform model: the counts are slots already
         if len(self.groups) > 1 or self.attention[0].kind != "full":
             held = parts[0][0] // self.attention[0].token_bytes  # distinct computed tokens of the first group
+        per_group = None
+        if len(self.model_groups) > 1 or self.model_groups[0].kind != "full":
+            per_group = tuple(zip((g.kind for g in self.model_groups), self._held_bytes(), self._needed_bytes()))
+            per_group = tuple((kind, h / self.pool_bytes, n / self.pool_bytes) for kind, h, n in per_group)
         return MemoryUsage(token // u, reserved // u, internal // u, (self.pool_bytes - token - reserved - internal) // u,
-                           token_slots=held)
+                           token_slots=held, groups=per_group)
+
+    def _held_bytes(self) -> list[float]:
+        """Bytes in each model group's blocks (a merged attention group split by bytes per token)."""
+        held = [len(self._ref[g]) * self.pool.block_bytes[g] for g in range(len(self.groups))]
+        if self.model_groups is self.groups:
+            return [float(h) for h in held]
+        merged = self.attention[0].token_bytes
+        out = [held[0] * g.token_bytes / merged for g in self.model_groups if g.kind != "state"]
+        return out + [float(h) for h in held[len(self.attention):]]
+
+    def _needed_bytes(self) -> list[float]:
+        """Bytes each model group's layers still read for the next token of every live sequence."""
+        out = []
+        for spec in self.model_groups:
+            total = 0
+            for seq in self._seqs.values():
+                n = seq.num_tokens
+                if spec.kind == "full":
+                    total += n
+                elif spec.kind == "window":
+                    total += min(n, spec.size)
+                elif spec.kind == "chunked":
+                    total += n - n // spec.size * spec.size
+                else:
+                    total += 1
+            out.append(float(total * (spec.state_bytes if spec.kind == "state" else spec.token_bytes)))
+        return out
 
     def stats(self) -> dict[str, float | int | None]:
         """As ``paged``'s, counted on the first group (slots = its tokens), plus bytes per kind."""
@@ -375,10 +416,21 @@ class GroupedAllocator(Allocator):
             for i, b in enumerate(seq.states):
                 g = self._state_index(i)
                 counts[g][b] = counts[g].get(b, 0) + 1
+        for g, b in self._other_owned():
+            counts[g][b] = counts[g].get(b, 0) + 1
         for g in range(len(self.groups)):
             assert counts[g] == self._ref[g], f"group {g}: reference counts differ from the tables"
         used = sum(len(self._ref[g]) * self.pool.block_bytes[g] for g in range(len(self.groups)))
+        used += self._cached_bytes()
         assert self.pool.free_bytes() == self.pool_bytes - used, "free + used bytes != pool bytes"
+
+    def _other_owned(self) -> list[tuple[int, int]]:
+        """(group, block) references held outside the sequences' tables (prefix caching's checkpoints)."""
+        return []
+
+    def _cached_bytes(self) -> int:
+        """Bytes of blocks no sequence references that a prefix cache keeps (none here)."""
+        return 0
 
 
 def _final(final_lens: Mapping[int, int], seq_id: int) -> int:

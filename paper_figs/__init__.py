@@ -16,5 +16,8 @@ FIGURES: tuple[str, ...] = (
 BEYOND_FIGURES: tuple[str, ...] = ("allocators_2025", "vattention_pages", "radix_multiturn",
                                   "policy_rate", "preempt_cliff", "lpm_starvation")
 
+# Mixed models (results/paper/hybrid): per-layer-group KV allocators on Gemma 3, gpt-oss, Qwen3-Next.
+HYBRID_FIGURES: tuple[str, ...] = ("hybrid_models",)
+
 # Production traces (results/paper/traces): Azure 2023, Mooncake, arXiv.
 TRACE_FIGURES: tuple[str, ...] = ("traces_azure", "traces_prefix", "traces_pages")

@@ -1,7 +1,7 @@
-"""``python -m paper_figs NAME [NAME ...] | all | beyond | traces``: draw paper figures from a results index.
+"""``python -m paper_figs NAME [NAME ...] | all | beyond | traces | hybrid``: draw paper figures from a results index.
 
 ``all`` is the paper's figures; ``beyond`` the post-2023 allocator figures (BEYOND_FIGURES);
-``traces`` the production-trace figures (TRACE_FIGURES).
+``traces`` the production-trace figures (TRACE_FIGURES); ``hybrid`` the mixed-model figures (HYBRID_FIGURES).
 
 Each figure picks its runs by experiment; a figure without data is skipped with a one-line
 message. Exit code: 0 when at least one figure was drawn and none failed, 1 otherwise, 2 for
@@ -16,9 +16,9 @@ import traceback
 from collections.abc import Sequence
 from pathlib import Path
 
-from paper_figs import BEYOND_FIGURES, FIGURES, TRACE_FIGURES, common
+from paper_figs import BEYOND_FIGURES, FIGURES, HYBRID_FIGURES, TRACE_FIGURES, common
 
-KNOWN = (*FIGURES, *BEYOND_FIGURES, *TRACE_FIGURES)
+KNOWN = (*FIGURES, *BEYOND_FIGURES, *TRACE_FIGURES, *HYBRID_FIGURES)
 
 
 def draw_figures(names: Sequence[str], index_path: str | Path, out_dir: str | Path,
@@ -48,7 +48,7 @@ def draw_figures(names: Sequence[str], index_path: str | Path, out_dir: str | Pa
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m paper_figs", description=__doc__.split("\n")[0])
     parser.add_argument("figures", nargs="+", metavar="NAME",
-                        help=f"'all', 'beyond', 'traces' or figure names: {', '.join(KNOWN)}")
+                        help=f"'all', 'beyond', 'traces', 'hybrid' or figure names: {', '.join(KNOWN)}")
     parser.add_argument("--index", default="results/index.jsonl", help="results index (%(default)s)")
     parser.add_argument("--out", default="paper_figs/out", help="output folder (%(default)s)")
     parser.add_argument("--results-root", default=None,
@@ -57,12 +57,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="use this experiment instead of the figure's own (one figure only)")
     args = parser.parse_args(argv)
 
-    groups = {"all": FIGURES, "beyond": BEYOND_FIGURES, "traces": TRACE_FIGURES}
+    groups = {"all": FIGURES, "beyond": BEYOND_FIGURES, "traces": TRACE_FIGURES, "hybrid": HYBRID_FIGURES}
     names = list(groups[args.figures[0]]) if len(args.figures) == 1 and args.figures[0] in groups \
         else list(dict.fromkeys(args.figures))
     unknown = [n for n in names if n not in KNOWN]
     if unknown:
-        parser.error(f"unknown figure(s) {', '.join(unknown)}; known: all, beyond, traces, {', '.join(KNOWN)}")
+        parser.error(f"unknown figure(s) {', '.join(unknown)}; known: all, beyond, traces, hybrid, {', '.join(KNOWN)}")
     if args.experiment is not None and len(names) != 1:
         parser.error("--experiment applies to one figure; name exactly one")
     if not Path(args.index).is_file():

@@ -34,7 +34,10 @@ VOLATILE_STEPS = ("schedule_s",)
 LATER_SUMMARY = ("policy", "preemption_victim", "keep_arrival_order", "aging_bound_s", "sjf_error",
                  "preempt_lost_tokens", "preempt_lost_tokens_per_preempted", "max_queue_wait_s",
                  "num_waited_over_bound", "jain_fairness_normalized_latency", "num_priority_classes",
-                 "sharing_saving_block_frac", "served_frac", "ttft_growth")
+                 "sharing_saving_block_frac", "served_frac", "ttft_growth",
+                 # issue 35: memory per layer group of a mixed model (null on these uniform runs; tests/test_group_memory.py)
+                 *(f"mem_{kind}{part}_frac" for kind in ("full", "window", "chunked", "state") for part in ("", "_needed")),
+                 "mem_needed_frac")
 LATER_SUMMARY_PREFIXES = ("prio",)
 LATER_STEPS = ("logical_blocks", "physical_blocks")
 LATER_REQUESTS = ("priority", "queue_wait_s", "lost_tokens")

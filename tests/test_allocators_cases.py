@@ -4,6 +4,7 @@ from __future__ import annotations
 import pytest
 
 from allocators import (
+    GROUPED,
     STRATEGIES,
     AllocatorError,
     BuddyAllocator,
@@ -376,7 +377,7 @@ def test_prefix_fork_copy_on_write():
 def test_bad_input_raises_one_clear_error(name):
     small = {"vattention": dict(page_bytes=64, token_bytes=4),  # 16-token pages
              "paged_window": dict(window=64)}.get(name, {})
-    if name in ("uniform", "hybrid_static", "hybrid", "lcm"):  # mixed-model strategies: one full group here
+    if name in GROUPED:  # mixed-model strategies: one full group here
         small = dict(groups=[("full", None, 1, 0)])
     with pytest.raises(AllocatorError, match="block_size must be a power of two >= 1, got 0"):
         build(name, 64, block_size=0, **small)
@@ -406,9 +407,10 @@ def test_bad_input_raises_one_clear_error(name):
 
 def test_registry_names_strategies_and_knobs():
     assert set(STRATEGIES) == {"contiguous", "buddy", "paged", "paged_prefix", "paged_window", "radix", "vattention",
-                               "uniform", "hybrid_static", "hybrid", "lcm"}
+                               "uniform", "hybrid_static", "hybrid", "lcm", "hybrid_prefix", "lcm_prefix"}
     with pytest.raises(AllocatorError, match="unknown allocator 'slab'; allowed: contiguous, buddy, paged, paged_prefix, "
-                                             "paged_window, radix, vattention, uniform, hybrid_static, hybrid, lcm"):
+                                             "paged_window, radix, vattention, uniform, hybrid_static, hybrid, lcm, "
+                                             "hybrid_prefix, lcm_prefix"):
         build("slab", 64)
     with pytest.raises(AllocatorError, match="allocator 'paged' has no knob reserve; allowed: block_size, debug"):
         build("paged", 64, reserve="max")

@@ -12,6 +12,7 @@ from allocators.grouped import DROPPED
 # a Gemma-3-like pair: full attention on few layers (10 bytes a token), a window of 8 on many (52)
 GEMMA = [("full", None, 10, 0), ("window", 8, 52, 0)]
 MIXED = [("full", None, 10, 0), ("window", 8, 52, 0), ("chunked", 12, 20, 0), ("state", None, 0, 100)]
+PLAIN = tuple(name for name in GROUPED if not name.endswith("_prefix"))  # no prefix cache: equal paged
 
 
 def test_hybrid_pages_are_padded_to_the_smallest_group():
@@ -156,7 +157,7 @@ def _trace(alloc, ops):
     return out
 
 
-@pytest.mark.parametrize("name", GROUPED)
+@pytest.mark.parametrize("name", PLAIN)
 @pytest.mark.parametrize("seed", range(4))
 def test_on_a_uniform_model_every_grouped_strategy_equals_paged(name, seed):
     ops = _ops(seed)
@@ -227,3 +228,13 @@ def test_random_ops_keep_every_group_reading_its_own_tokens(name, seed):
     for sid in list(live):
         a.free(sid)
     assert a.usage({}).external * a.unit_bytes == a.pool_bytes
+
+
+def test_hybrid_static_default_split_is_one_request_of_half_the_context():
+    a = build("hybrid_static", 100, block_size=4, groups=GEMMA, max_model_len=64, prefill_chunk=4)
+    # split_len 32: full 32 tokens * 10 bytes = 320; window its 8 plus a 4-token prefill chunk * 52 = 624
+    # of the 6200 bytes: int(6200 * 320 / 944) = 2101 -> 52 blocks of 40; int(6200 * 624 / 944) = 4098 -> 19 of 208
+    assert a.pool.num_blocks == [52, 19]
+    b = build("hybrid_static", 100, block_size=4, groups=GEMMA, max_model_len=64, prefill_chunk=4, split_len=8)
+    # 8 tokens: full 80, window 8 * 52 = 416 -> int(6200 * 80 / 496) = 1000 -> 25; int(6200 * 416 / 496) = 5200 -> 25
+    assert b.pool.num_blocks == [25, 25]

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from paper_figs import BEYOND_FIGURES, FIGURES, TRACE_FIGURES
+from paper_figs import BEYOND_FIGURES, FIGURES, HYBRID_FIGURES, TRACE_FIGURES
 from paper_figs.__main__ import draw_figures
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -17,6 +17,7 @@ COMMITTED = ROOT / "docs" / "figures"
 PAPER = ROOT / "results" / "paper" / "index.jsonl"
 BEYOND = ROOT / "results" / "paper" / "beyond" / "index.jsonl"
 TRACES = ROOT / "results" / "paper" / "traces" / "index.jsonl"
+HYBRID = ROOT / "results" / "paper" / "hybrid" / "index.jsonl"
 
 
 def _redraws_identically(names, index: Path, out: Path) -> None:
@@ -36,6 +37,7 @@ def test_every_committed_figure_redraws_byte_identically(tmp_path):
     _redraws_identically([n for n in FIGURES if (COMMITTED / f"{n}.png").exists()], PAPER, tmp_path)
     _redraws_identically([n for n in BEYOND_FIGURES if (COMMITTED / f"{n}.png").exists()], BEYOND, tmp_path)
     _redraws_identically([n for n in TRACE_FIGURES if (COMMITTED / f"{n}.png").exists()], TRACES, tmp_path)
+    _redraws_identically([n for n in HYBRID_FIGURES if (COMMITTED / f"{n}.png").exists()], HYBRID, tmp_path)
     # the 70B Azure panel: traces_azure drawn for its own experiment (results/paper/traces/README.md)
     from kvbench.results.store import load_index
     from paper_figs import traces_azure

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from omegaconf import OmegaConf
 
+from allocators import GROUPED
 from kvbench.config.errors import CONF_DIR
 from kvbench.geometry import KVGeometry
 from kvbench.layer_groups import hf_layer_types, hf_model_fields, is_uniform, layer_groups, state_bytes_from_hf
@@ -120,7 +121,7 @@ def _compose(*overrides):
         return compose("config", overrides=["backend=sim", "logger=none", "progress=false", *overrides])
 
 
-@pytest.mark.parametrize("name", ["uniform", "hybrid_static", "hybrid", "lcm"])
+@pytest.mark.parametrize("name", [n for n in GROUPED if not n.endswith("_prefix")])  # the others: paged_prefix
 def test_on_a_uniform_model_a_sim_run_equals_paged(name, tmp_path):
     from kvbench.run.lifecycle import run
 

@@ -15,9 +15,12 @@ from allocators.base import MemoryUsage
 from kvbench.batch import BatchCounts, StepBatch, StepResult
 from kvbench.engine.keepup import keep_up_columns
 from kvbench.engine.sequence import Group, GroupStatus
+from kvbench.layer_groups import KINDS
 from kvbench.metrics import DEFAULT_PERCENTILES, request_itls, serving_metrics
 
 MEM_KEYS = ("mem_token_frac", "mem_reserved_frac", "mem_internal_frac", "mem_external_frac")
+# per layer group of a mixed model: bytes held in its blocks and bytes its layers still read
+GROUP_MEM_KEYS = tuple(f"mem_{kind}{part}_frac" for kind in KINDS for part in ("", "_needed")) + ("mem_needed_frac",)
 TIMING_KEYS = ("attention_s", "forward_s", "sampling_s", "copy_s", "swap_s", "schedule_s")
 
 
@@ -70,6 +73,10 @@ class Recorder:
         col["mem_cached_frac"].append(math.nan if usage.cached is None else usage.cached / total)
         col["logical_slots"].append(logical_slots)
         col["token_slots"].append(usage.token if usage.token_slots is None else usage.token_slots)
+        if usage.groups is not None:  # mixed models only: no new columns for the others
+            for kind, held, needed in usage.groups:
+                col[f"mem_{kind}_frac"].append(held)
+                col[f"mem_{kind}_needed_frac"].append(needed)
         col["logical_blocks"].append(blocks[0] if blocks else math.nan)  # NaN: no shareable blocks
         col["physical_blocks"].append(blocks[1] if blocks else math.nan)
         col["copy_slots"].append(sum(op.length for op in batch.copy_ops))
@@ -81,6 +88,23 @@ class Recorder:
 
     def steps_frame(self) -> pd.DataFrame:
         return pd.DataFrame(self.steps)
+
+
+def group_memory(steps: pd.DataFrame, weights: np.ndarray | None) -> dict[str, float | None]:
+    """Time-weighted means of the per-group memory columns (``GROUP_MEM_KEYS``); None where the
+    run's model has no such group (every one on a uniform model). ``mem_needed_frac``: the pool's
+    bytes that some layer still reads, over all groups (Jenga's memory utilization)."""
+    out: dict[str, float | None] = dict.fromkeys(GROUP_MEM_KEYS)
+    if weights is None:
+        return out
+    needed = []
+    for key in GROUP_MEM_KEYS[:-1]:
+        if key in steps:
+            out[key] = float(np.average(steps[key].to_numpy(), weights=weights))
+            if key.endswith("_needed_frac"):
+                needed.append(out[key])
+    out["mem_needed_frac"] = math.fsum(needed) if needed else None
+    return out
 
 
 def sample_token_times(group: Group) -> list[np.ndarray]:
@@ -196,7 +220,9 @@ def summarize(steps: pd.DataFrame, requests: pd.DataFrame, *, num_preemptions: i
         physical = math.fsum(steps["token_slots"].to_numpy() * weights)
         out["sharing_saving_frac"] = (logical - physical) / logical if logical > 0 else None
         out["sharing_saving_block_frac"] = block_saving(steps, weights)
+        out.update(group_memory(steps, weights))
     else:
+        out.update(group_memory(steps, None))
         out.update({"mean_batch_size": None, "max_batch_size": None, "sharing_saving_frac": None,
                     "sharing_saving_block_frac": None, "mean_running_requests": None})
         out.update({key: None for key in (*MEM_KEYS, "mem_cached_frac")})

@@ -24,7 +24,9 @@ LEFT_OUT = {"buddy": "the same knobs as orca-max (buddy, reserve=max)",
             "vllm-v1": "vLLM's own KV manager, an optional extra (make peers)",
             "paged_window": "frees blocks that left a sliding window; OPT-13B has none",
             **{name: "pages a mixed model's layer groups; on OPT-13B (uniform) it equals paged"
-               for name in ("uniform", "hybrid_static", "hybrid", "lcm")}}
+               for name in ("uniform", "hybrid_static", "hybrid", "lcm")},
+            **{name: "prefix caching over a mixed model's layer groups; on OPT-13B (uniform) it runs as paged_prefix"
+               for name in ("hybrid_prefix", "lcm_prefix")}}
 COMMON = ["experiment_name=demo", "backend=sim", "model=opt-13b", "gpu=a100-40gb", "workload=sharegpt",
           "workload.num_requests=1500", "workload.request_rate=3.0", "logger=none", "progress=false"]
 COMPARED = ("request_throughput", "mean_batch_size", "mem_token_frac", "mem_internal_frac", "mem_external_frac",

@@ -32,8 +32,7 @@ def group_knobs(cfg: DictConfig, geometry: KVGeometry, knobs: dict) -> None:
                               f"that it cannot hold; use allocator {', '.join(GROUPED)}")
         return
     if mixed and cfg.backend.name != "sim":
-        raise ConfigError(f"allocator {name} on the mixed model {model.name} runs on backend=sim only "
-                          "(the hf attention reads one block table)")
+        raise ConfigError(hf_refusal(name, model, kinds))
     if mixed and str(cfg.engine.preemption) != "recompute":
         raise ConfigError(f"allocator {name} on the mixed model {model.name} needs engine.preemption=recompute")
     knobs["groups"] = [list(g.spec()) for g in layer_groups(model)]
@@ -41,3 +40,14 @@ def group_knobs(cfg: DictConfig, geometry: KVGeometry, knobs: dict) -> None:
     knobs["prefill_chunk"] = int(cfg.engine.max_num_batched_tokens)
     if name == "hybrid_static":
         knobs.setdefault("max_model_len", int(model.max_model_len))
+
+
+def hf_refusal(name: str, model, kinds: set[str]) -> str:
+    """Why the hf backend cannot run a grouped allocator on a mixed model (one line)."""
+    family = model.get("family") or "?"
+    why = "the hf attention reads one block table per sequence, not one per layer group"
+    if "state" in kinds:
+        why += ("; and its state layers (Mamba / linear attention / short convolution) would need their own "
+                "recurrent update per request from the engine's state slots, which the hf executor does not run")
+    return (f"allocator {name} on the mixed model {model.name} ({family}: {', '.join(sorted(kinds))} groups) "
+            f"runs on backend=sim only: {why}")
