@@ -16,7 +16,7 @@ from pathlib import Path
 
 KEY = ("experiment", "allocator", "reserve", "block_size", "workload", "request_rate", "n", "beam_width",
        "prefix_len", "preemption", "kv_bytes", "model", "backend", "seed", "baseline", "gpu_profile", "system",
-       "ignore_eos", "page_bytes")
+       "ignore_eos", "page_bytes", "policy", "preemption_victim", "aging_bound_s", "sjf_error", "keep_arrival_order")
 
 
 def main() -> None:

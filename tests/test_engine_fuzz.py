@@ -83,3 +83,37 @@ def test_engine_invariants_with_stop_tokens_fast(seed):
 @pytest.mark.parametrize("seed", range(30, 630))
 def test_engine_invariants_with_stop_tokens(seed):
     check_case(random_case(seed, eos=True))
+
+
+# -- every preemption victim ---------------------------------------------------------------
+OTHER_VICTIMS = ("least_computed", "most_blocks", "lowest_priority")
+# most_blocks on seed 37 (paged, 5 blocks of 16, a request of 3 samples whose diverged restore
+# needs 6 blocks): the group is its own victim each time it comes back, until it is alone and
+# rejected although it fits an empty pool alone. The same before the victim could be a request
+# already scheduled in its step; not fixed.
+KNOWN = {("most_blocks", 37): "a multi-sample group preempts itself on every restore (most_blocks)"}
+
+
+def _victim_case(victim: str, seed: int, eos: bool) -> dict:
+    case = random_case(seed, eos=eos)
+    case["cfg"]["preemption_victim"] = victim
+    return case
+
+
+def _params(seeds):
+    return [pytest.param(v, s, marks=pytest.mark.xfail(strict=True, reason=KNOWN[v, s])) if (v, s) in KNOWN
+            else (v, s) for v in OTHER_VICTIMS for s in seeds]
+
+
+@pytest.mark.parametrize("victim,seed", _params(range(12)))
+def test_engine_invariants_under_every_victim_fast(victim, seed):
+    """The victim may be a request already scheduled in its step (its chunks taken back): every
+    allocator, samples, beams, swap and chunking keep every token right."""
+    check_case(_victim_case(victim, seed, eos=seed % 2 == 1))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("eos", [False, True])
+@pytest.mark.parametrize("victim,seed", _params(range(12, 420)))
+def test_engine_invariants_under_every_victim(victim, seed, eos):
+    check_case(_victim_case(victim, seed, eos))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from kvbench.engine.scheduler import Scheduler
 from kvbench.requests import Request
 from tests.engine_helpers import make_requests
 from tests.test_hf_executor import SPECS, engine_models, greedy, one_thread, reference, run  # noqa: F401
@@ -12,20 +13,38 @@ from tests.test_hf_executor import SPECS, engine_models, greedy, one_thread, ref
 NAME = "tiny-llama"
 
 
-def _requests(seed: int) -> list[Request]:
+def _requests(seed: int, specs=SPECS) -> list[Request]:
     return [Request(r.request_id, r.prompt_ids, r.output_len, r.arrival_s, priority=r.request_id % 2)
-            for r in make_requests([(s[0], s[1], 0.0) for s in SPECS], vocab_size=256, seed=seed)]
+            for r in make_requests([(s[0], s[1], 0.0) for s in specs], vocab_size=256, seed=seed)]
+
+
+@pytest.fixture
+def taken_back(monkeypatch) -> list[int]:
+    """Chunks the scheduler took back from victims scheduled earlier in their step, per call."""
+    counts: list[int] = []
+    unschedule = Scheduler._unschedule
+
+    def counted(self, group, chunks, batch_counts):
+        out = unschedule(self, group, chunks, batch_counts)
+        counts.append(out[1])
+        return out
+
+    monkeypatch.setattr(Scheduler, "_unschedule", counted)
+    return counts
 
 
 @pytest.mark.parametrize("preemption", ["recompute", "swap"])
 @pytest.mark.parametrize("victim", ["newest", "lowest_priority", "least_computed", "most_blocks"])
-def test_greedy_matches_generate_under_every_victim(victim, preemption, engine_models, reference):
-    requests = _requests(seed=2)
+def test_greedy_matches_generate_under_every_victim(victim, preemption, engine_models, reference, taken_back):
+    """In this order (SPECS reversed) every victim but newest is, once, a request already
+    scheduled in its step: its chunks are taken back before it is preempted."""
+    requests = _requests(seed=2, specs=SPECS[::-1])
     out, executor = run(NAME, engine_models, requests, "paged", {"block_size": 4}, num_slots=64,
                         preemption=preemption, swap_slots=4096, preemption_victim=victim)
     assert out.summary["num_preemptions"] > 0 and out.summary["num_finished"] == len(SPECS)
     assert greedy(out) == reference(NAME, requests)
     assert not executor.pool.host
+    assert (sum(taken_back) > 0) == (victim != "newest")
 
 
 @pytest.mark.parametrize("policy", ["priority", "sjf", "lpm"])

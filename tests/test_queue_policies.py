@@ -11,7 +11,9 @@ import re
 import pytest
 
 from allocators import build
+from kvbench.batch import BatchCounts
 from kvbench.engine import Engine, SchedulerConfig
+from kvbench.engine.scheduler import Scheduler
 from kvbench.engine.policy_metrics import jain_index
 from kvbench.engine.queue_orders import make_queue_order
 from kvbench.engine.sequence import Group, Seq
@@ -121,8 +123,18 @@ VICTIMS = ("newest", "lowest_priority", "least_computed", "most_blocks")
 @pytest.mark.parametrize("preemption", ["recompute", "swap"])
 @pytest.mark.parametrize("victim", VICTIMS)
 @pytest.mark.parametrize("policy", ["fcfs", "priority", "sjf"])
-def test_every_policy_runs_correct_under_pressure(policy, victim, preemption):
-    """Every request reads back its own tokens and finishes with all of them (the token pool)."""
+def test_every_policy_runs_correct_under_pressure(policy, victim, preemption, monkeypatch):
+    """Every request reads back its own tokens and finishes with all of them (the token pool),
+    victims taken back after they were scheduled in their step among them (never with newest)."""
+    taken_back = []
+    unschedule = Scheduler._unschedule
+
+    def counted(self, group, chunks, counts):
+        out = unschedule(self, group, chunks, counts)
+        taken_back.append(out[1])
+        return out
+
+    monkeypatch.setattr(Scheduler, "_unschedule", counted)
     specs = [(6 + 3 * (i % 5), 5 + 2 * (i % 4), 0.2 * i) for i in range(14)]
     requests = [Request(r.request_id, r.prompt_ids, r.output_len, r.arrival_s, priority=r.request_id % 3)
                 for r in make_requests(specs, seed=4)]
@@ -132,6 +144,73 @@ def test_every_policy_runs_correct_under_pressure(policy, victim, preemption):
     assert out.summary["num_preemptions"] > 0
     if preemption == "recompute":
         assert out.summary["preempt_lost_tokens"] > 0
+    if victim == "newest":
+        assert not taken_back
+    elif victim in ("least_computed", "most_blocks"):  # this stream makes them reach back
+        assert sum(taken_back) > 0
+
+
+# -- a victim already scheduled in the step ----------------------------------------------
+def _step_with_a_preemption(victim: str, preemption: str):
+    """Three running requests on a 7-block pool (4-token blocks): A (prompt 12, priority 1), B
+    (prompt 3, priority 0) and C (prompt 8, priority 0). After their prefills (6 blocks) each has
+    sampled one token; in the next step A takes the last block, B decodes in its own block and C
+    is out of memory, after A and B were scheduled. Returns the scheduler, the batch and the
+    sequences' computed tokens before that step."""
+    alloc = build("paged", 28, block_size=4)
+    engine = Engine(alloc, TokenPoolExecutor(28), SchedulerConfig(
+        max_model_len=64, preemption_victim=victim, preemption=preemption,
+        swap_slots=64 if preemption == "swap" else 0))
+    sched = engine.scheduler
+    for r in [Request(0, [1] * 12, 8, 0.0, priority=1), Request(1, [2] * 3, 8, 0.1, priority=0),
+              Request(2, [3] * 8, 8, 0.2, priority=0)]:
+        sched.add(engine._new_group(r))
+    first = sched.schedule()
+    assert sorted(c.request_id for c in first.chunks) == [0, 1, 2] and not sched.preempted_now
+    for g in sched.running:
+        seq = g.seqs[0]
+        seq.tokens.append(0)
+        seq.num_generated += 1
+    before = {g.request_id: g.seqs[0].num_computed for g in sched.running}
+    sched.now = 1.0
+    return sched, alloc, sched.schedule(), before
+
+
+def _fresh_counts(batch) -> BatchCounts:
+    counts = BatchCounts()
+    for rid in dict.fromkeys(c.request_id for c in batch.chunks):
+        counts.add([c for c in batch.chunks if c.request_id == rid], batch.block_size)
+    return counts
+
+
+# victim -> (preempted request, requests in the batch): newest is C itself (out of memory, not
+# scheduled); the others pick a request scheduled earlier in the same step
+SCHEDULED_VICTIMS = {"newest": (2, [0, 1]), "least_computed": (1, [0, 2]), "most_blocks": (0, [1, 2]),
+                     "lowest_priority": (0, [1, 2])}
+
+
+@pytest.mark.parametrize("preemption", ["recompute", "swap"])
+@pytest.mark.parametrize("victim", SCHEDULED_VICTIMS)
+def test_a_victim_scheduled_earlier_in_the_step_gives_its_chunks_back(victim, preemption):
+    sched, alloc, batch, before = _step_with_a_preemption(victim, preemption)
+    preempted, kept = SCHEDULED_VICTIMS[victim]
+    assert sched.num_preemptions == 1 and sched.preempted_now
+    assert [c.request_id for c in batch.chunks] == kept  # the victim's chunk is gone, in order
+    assert batch.counts == _fresh_counts(batch)  # the step's sums are those of the chunks left
+    assert ids(sched.sampled_groups) == kept
+    assert ids(sched.running) == kept
+    gone = next(g for g in [*sched.waiting, *sched.swapped] if g.request_id == preempted)
+    seq = gone.seqs[0]
+    if preemption == "recompute":
+        assert ids(sched.waiting) == [preempted] and seq.num_computed == 0
+        assert sched.lost_tokens == gone.lost_tokens == before[preempted]  # its undone token is not lost
+    else:
+        assert ids(sched.swapped) == [preempted] and sched.lost_tokens == 0
+        assert sched.host_tokens == {seq.seq_id: before[preempted]} and seq.num_computed == before[preempted]
+        assert [len(op.slots) for op in batch.swap_out] == [before[preempted]]
+    for c in batch.chunks:  # the others computed their one token
+        assert c.query_len == 1 and c.start_pos == before[c.request_id]
+    alloc.check_invariants()
 
 
 def test_least_computed_loses_fewer_tokens_than_newest_here():

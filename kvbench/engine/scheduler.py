@@ -2,9 +2,10 @@
 
 Each step, in this order (as Orca and vLLM do):
 1. running groups, oldest first: pending forks, then one decode token per sequence or the next
-   prefill chunk; when the allocator is out of memory, a running group not scheduled yet in
-   this step is preempted (by default the most recently arrived; ``engine.preemption_victim``,
-   ``kvbench.engine.victims``): recompute frees it and requeues it at the front (at the back
+   prefill chunk; when the allocator is out of memory, a running group is preempted (by
+   default the most recently arrived; ``engine.preemption_victim``, ``kvbench.engine.victims``;
+   a victim scheduled earlier in the step first gives back that step's chunks, tokens and
+   budget, as vLLM v1 does): recompute frees it and requeues it at the front (at the back
    with ``keep_arrival_order`` off); swap copies its K/V to a bounded host pool; then the grow
    is retried; a group out of memory alone in the pool twice in a row without a new token
    never fits and is rejected;
@@ -25,7 +26,7 @@ slot in the batch came from it; the engine commits the grown tokens once the ste
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from allocators.base import Allocator, Fit
 from kvbench.batch import BatchCounts, SeqChunk, StepBatch, SwapOp
@@ -163,6 +164,8 @@ class Scheduler:
         allocator, pending_forks, tables = self.allocator, self._pending_forks, self.need_block_tables
         plain_seqs = plain_draws = plain_pairs = plain_blocks = 0
         running = self.running
+        general: set[int] = set()  # request ids scheduled on the general path in this step
+        plain_undone = 0  # fast-path groups preempted later in the step (their chunks taken back)
         i = 0
         while i < len(running):
             run = self._plain_run(i, min(budget, seq_budget))
@@ -201,7 +204,7 @@ class Scheduler:
                     self._chunks_for(group, budget, seq_budget, group_chunks)
                     break
                 except _OutOfMemory:
-                    victim = self.victims.pick(running[i:])  # the groups not scheduled in this step
+                    victim = self.victims.pick(running)  # any running group, scheduled in this step or not
                     if victim is group:  # its chunks of this step will not run: undo their growth
                         grown = {c.seq_id: c.query_len for c in group_chunks}
                         for seq in group.seqs:
@@ -212,18 +215,25 @@ class Scheduler:
                             self._preempt(group)
                         group_chunks = []
                         break
+                    if running.index(victim) < i:  # scheduled earlier in this step: take its chunks back
+                        tokens, seqs = self._unschedule(victim, chunks, counts)
+                        budget += tokens
+                        seq_budget += seqs
+                        if seqs and victim.request_id not in general:
+                            plain_undone += 1
+                        i -= 1
                     self._preempt(victim)
-                    # the victim sits after i and was not scheduled yet
             if group.status is not GroupStatus.RUNNING:
                 continue
             if group_chunks:
                 chunks.extend(group_chunks)
+                general.add(group.request_id)
                 self._count(group, group_chunks, counts)
                 for c in group_chunks:
                     budget -= len(c.token_ids)
                 seq_budget -= len(group_chunks)
             i += 1
-        self.plain_decodes = plain_seqs
+        self.plain_decodes = plain_seqs - plain_undone
         counts.num_requests += plain_seqs
         counts.num_tokens += plain_seqs
         counts.num_sampled += plain_seqs
@@ -487,6 +497,29 @@ class Scheduler:
             ))
 
     # -- preemption --------------------------------------------------------------------------
+    def _unschedule(self, group: Group, chunks: list[SeqChunk], counts: BatchCounts) -> tuple[int, int]:
+        """Take back a running group's chunks of this step, before it is preempted: drop them from
+        ``chunks``, their terms from ``counts`` (the fast path's terms too: the step's sums are
+        their total) and the group from the sampled groups, and rewind its sequences to what
+        they had computed before the step. Returns the tokens and sequences that frees in the
+        step's budgets. Its slots are freed (or swapped) by the preemption that follows."""
+        rid = group.request_id
+        mine = [c for c in chunks if c.request_id == rid]
+        if not mine:
+            return 0, 0
+        chunks[:] = [c for c in chunks if c.request_id != rid]
+        undo = BatchCounts()
+        undo.add(mine, self.allocator.block_size)
+        for name in (f.name for f in fields(BatchCounts)):
+            setattr(counts, name, getattr(counts, name) - getattr(undo, name))
+        self.sampled_groups[:] = [g for g in self.sampled_groups if g is not group]
+        grown: dict[int, int] = {}
+        for c in mine:
+            grown[c.seq_id] = grown.get(c.seq_id, 0) + c.query_len
+        for seq in group.seqs:
+            seq.num_computed -= grown.get(seq.seq_id, 0)
+        return sum(c.query_len for c in mine), len(mine)
+
     def _preempt(self, group: Group) -> None:
         self.sample_holds.release_all(group)
         self.running.remove(group)

@@ -2,10 +2,10 @@
 memory, chosen by ``engine.preemption_victim``. One class per choice; the scheduler only asks
 ``pick``.
 
-The scheduler offers the groups not yet scheduled in this step: the one that ran out of memory
-and those after it in the running order (arrival order). A group that already holds this
-step's tokens keeps them, as vLLM's v0 scheduler preempted from the tail of its running queue.
-Every choice breaks ties towards the newest arrival.
+The scheduler offers every running group, in arrival order: the one that ran out of memory,
+those scheduled before it in this step (the scheduler takes their chunks of the step back
+before it preempts one, as vLLM v1 does) and those not reached yet. Every choice breaks ties
+towards the newest arrival, so ``newest`` is the last running group, as it always was.
 
     newest           the most recently arrived (vLLM's default; kvbench's only choice before).
     lowest_priority  the largest priority value (least urgent), then the newest.
