@@ -14,8 +14,14 @@ Writes (``write``):
 A chunk larger than a tier is never stored there. Stores are asynchronous in the engines
 (vLLM's offloading connector, SGLang's HiCache): their bytes are counted, not timed.
 
-Counters (``TierStats``): tokens served per tier, bytes moved per direction, transfers;
-``take_loads()`` drains the loads since the last call (the engine times them per step).
+Swap preemption shares the host tier (one pool, one accounting): ``pin_swap(nbytes)`` holds a
+preempted sequence's K/V there, evicting cached chunks (which go to disk under write-back) to
+make room; pinned bytes are never evicted and leave with ``unpin_swap``. The host tier's bytes
+are then ``cached`` (chunks) plus ``swap`` (pinned), within its capacity.
+
+Counters: tokens served per tier, bytes moved per direction, transfers, the host tier's bytes
+per category (now and at peak); ``take_loads()`` drains the loads since the last call (the
+engine times them per step).
 """
 from __future__ import annotations
 
@@ -36,7 +42,8 @@ class Tier:
     chunk_bytes: int
     policy: CachePolicy
     held: dict[int, int] = field(default_factory=dict)  # chunk key -> bytes
-    used_bytes: int = 0
+    used_bytes: int = 0  # bytes of the chunks held (cached K/V)
+    pinned_bytes: int = 0  # bytes of swapped-out sequences (never evicted)
     evictions: int = 0
 
     def __contains__(self, key: int) -> bool:
@@ -47,22 +54,42 @@ class Tier:
         if key in self.held:
             self.policy.access(key, now)
             return []
-        if self.chunk_bytes > self.capacity_bytes:
+        if self.chunk_bytes > self.capacity_bytes - self.pinned_bytes:
             return []
-        evicted = []
-        while self.used_bytes + self.chunk_bytes > self.capacity_bytes:
-            victim = self.policy.evict()
-            self.used_bytes -= self.held.pop(victim)
-            self.evictions += 1
-            evicted.append(victim)
+        evicted = self._make_room(self.chunk_bytes)
         self.held[key] = self.chunk_bytes
         self.used_bytes += self.chunk_bytes
         self.policy.add(key, now)
         return evicted
 
+    def pin(self, nbytes: int) -> list[int] | None:
+        """Hold ``nbytes`` that no eviction may take; the evicted chunk keys, or None (nothing
+        changed) when the tier cannot hold them even with every chunk evicted."""
+        if self.pinned_bytes + nbytes > self.capacity_bytes:
+            return None
+        evicted = self._make_room(nbytes)
+        self.pinned_bytes += nbytes
+        return evicted
+
+    def unpin(self, nbytes: int) -> None:
+        if nbytes > self.pinned_bytes:
+            raise ValueError(f"{self.name}: unpin of {nbytes} bytes, {self.pinned_bytes} pinned")
+        self.pinned_bytes -= nbytes
+
+    def _make_room(self, nbytes: int) -> list[int]:
+        evicted = []
+        while self.used_bytes + self.pinned_bytes + nbytes > self.capacity_bytes:
+            victim = self.policy.evict()
+            self.used_bytes -= self.held.pop(victim)
+            self.evictions += 1
+            evicted.append(victim)
+        return evicted
+
     def check_invariants(self) -> None:
         assert self.used_bytes == sum(self.held.values()), f"{self.name}: bytes held do not add up"
-        assert 0 <= self.used_bytes <= self.capacity_bytes, f"{self.name}: {self.used_bytes} bytes held, capacity {self.capacity_bytes}"
+        assert self.used_bytes >= 0 and self.pinned_bytes >= 0, f"{self.name}: negative bytes"
+        assert self.used_bytes + self.pinned_bytes <= self.capacity_bytes, \
+            f"{self.name}: {self.used_bytes} cached + {self.pinned_bytes} pinned bytes, capacity {self.capacity_bytes}"
         assert len(self.policy) == len(self.held) and set(self.policy.order()) == set(self.held), \
             f"{self.name}: the policy and the books disagree"
 
@@ -103,6 +130,7 @@ class TierStack:
         self.loads = Loads()
         self.hit_tokens = {"host": 0, "disk": 0}
         self.bytes_moved = {"gpu_to_host": 0, "host_to_gpu": 0, "host_to_disk": 0, "disk_to_gpu": 0}
+        self.peak_host_bytes = {"cached": 0, "swap": 0, "total": 0}
 
     # -- lookup and load ------------------------------------------------------------------------
     def where(self, key: int) -> str | None:
@@ -157,12 +185,44 @@ class TierStack:
         for victim in self.host.store(key, self.clock):
             if self.write == "back" and self.disk is not None:
                 self._store_disk(victim)
+        self._note_peak()
 
     def _store_disk(self, key: int) -> None:
         self.clock += 1
         if key not in self.disk.held and self.disk.chunk_bytes <= self.disk.capacity_bytes:
             self.bytes_moved["host_to_disk"] += self.disk.chunk_bytes
         self.disk.store(key, self.clock)
+
+    # -- swap preemption ------------------------------------------------------------------------
+    def pin_swap(self, nbytes: int) -> bool:
+        """A preempted sequence's ``nbytes`` of K/V go to the host tier; False (nothing changed)
+        when they do not fit there even with every cached chunk evicted."""
+        evicted = self.host.pin(nbytes)
+        if evicted is None:
+            return False
+        if self.write == "back" and self.disk is not None:
+            for victim in evicted:
+                self._store_disk(victim)
+        self._note_peak()
+        if self.debug:
+            self.check_invariants()
+        return True
+
+    def unpin_swap(self, nbytes: int) -> None:
+        """A swapped sequence's ``nbytes`` came back to the GPU (or were dropped)."""
+        self.host.unpin(nbytes)
+
+    def host_bytes_by_category(self) -> dict[str, int]:
+        """The host tier's bytes now: cached chunks, swapped-out K/V, free."""
+        host = self.host
+        return {"cached": host.used_bytes, "swap": host.pinned_bytes,
+                "free": host.capacity_bytes - host.used_bytes - host.pinned_bytes}
+
+    def _note_peak(self) -> None:
+        peak, host = self.peak_host_bytes, self.host
+        peak["cached"] = max(peak["cached"], host.used_bytes)
+        peak["swap"] = max(peak["swap"], host.pinned_bytes)
+        peak["total"] = max(peak["total"], host.used_bytes + host.pinned_bytes)
 
     # -- views --------------------------------------------------------------------------------------
     def tiers(self) -> list[Tier]:

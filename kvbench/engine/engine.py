@@ -19,6 +19,7 @@ from kvbench.engine.policy_metrics import policy_summary
 from kvbench.engine.recorder import Recorder, requests_frame, summarize
 from kvbench.engine.scheduler import Scheduler, SchedulerConfig
 from kvbench.engine.sequence import Group, GroupStatus, Seq
+from kvbench.engine.swap_space import SwapSpace
 from kvbench.requests import FollowUp, Request, later_turns
 
 
@@ -39,7 +40,7 @@ class Engine:
     def __init__(self, allocator: Allocator, executor, cfg: SchedulerConfig, *,
                  max_steps: int | None = None, progress: Callable[[int, float], None] | None = None,
                  memmap_every: int = 0, scheduler_cls: type[Scheduler] = Scheduler,
-                 max_concurrency: int | None = None, load_cost=None) -> None:
+                 max_concurrency: int | None = None, load_cost=None, swap_space: SwapSpace | None = None) -> None:
         self.allocator = allocator
         self.load_cost = load_cost  # kvbench.sim.offload.LoadCost: tier loads lengthen the step (sim)
         self.load_s = 0.0  # seconds tier loads added to the critical path
@@ -51,7 +52,8 @@ class Engine:
         self.progress = progress
         self._released: list[Request] = []
         self.max_concurrency = max_concurrency
-        self.scheduler = scheduler_cls(cfg, allocator, need_block_tables=getattr(executor, "needs_block_tables", True))
+        self.scheduler = scheduler_cls(cfg, allocator, need_block_tables=getattr(executor, "needs_block_tables", True),
+                                       swap_space=swap_space)  # None: engine.swap_space_bytes' own pool
 
     def run(self, requests: list[Request]) -> EngineOutput:
         sched = self.scheduler
