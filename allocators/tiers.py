@@ -94,6 +94,19 @@ class Tier:
             f"{self.name}: the policy and the books disagree"
 
 
+@dataclass(frozen=True, slots=True)
+class TierCopy:
+    """A copy the engine's tensors make for the host tier (a backend with real K/V; ``TierStack``
+    lists them only after ``track_copies()``): ``store`` GPU ``blocks`` -> host chunk ``key`` (all
+    its blocks, read before the step writes anything); ``load`` host chunk ``key`` from its block
+    ``offset`` -> GPU ``blocks`` (written before the forward); ``drop``: the host freed ``key``."""
+
+    kind: str  # store | load | drop
+    key: int
+    blocks: tuple[int, ...] = ()
+    offset: int = 0
+
+
 @dataclass(slots=True)
 class Loads:
     """Loads into the GPU since the last drain: bytes and transfers (one per chunk read) per tier."""
@@ -131,6 +144,17 @@ class TierStack:
         self.hit_tokens = {"host": 0, "disk": 0}
         self.bytes_moved = {"gpu_to_host": 0, "host_to_gpu": 0, "host_to_disk": 0, "disk_to_gpu": 0}
         self.peak_host_bytes = {"cached": 0, "swap": 0, "total": 0}
+        self.copies: list[TierCopy] | None = None  # listed for a backend that moves real K/V
+
+    def track_copies(self) -> None:
+        """List the host tier's copies (``take_copies``) for a backend that holds real K/V."""
+        if self.disk is not None:
+            raise ValueError("real K/V copies are kept for a host tier only (no disk tier)")
+        self.copies = []
+
+    def take_copies(self) -> list[TierCopy]:
+        copies, self.copies = self.copies, ([] if self.copies is not None else None)
+        return copies or []
 
     # -- lookup and load ------------------------------------------------------------------------
     def where(self, key: int) -> str | None:
@@ -141,9 +165,12 @@ class TierStack:
             return "disk"
         return None
 
-    def load(self, key: int, tier: str, blocks: int) -> None:
-        """``blocks`` GPU blocks of chunk ``key`` come from ``tier`` (an access there)."""
+    def load(self, key: int, tier: str, blocks: int, gpu_blocks: tuple[int, ...] = ()) -> None:
+        """``blocks`` GPU blocks of chunk ``key`` come from ``tier`` (an access there): its last
+        ``blocks`` blocks, into ``gpu_blocks`` when copies are tracked."""
         self.clock += 1
+        if self.copies is not None:
+            self.copies.append(TierCopy("load", key, gpu_blocks, self.chunk_blocks - blocks))
         nbytes = blocks * self.block_bytes
         if tier == "host":
             self.host.policy.access(key, self.clock)
@@ -162,29 +189,34 @@ class TierStack:
         return loads
 
     # -- writes -----------------------------------------------------------------------------------
-    def computed(self, key: int) -> None:
-        """The GPU computed (or loaded) chunk ``key``: write-through stores it in every tier."""
+    def computed(self, key: int, gpu_blocks: tuple[int, ...] = ()) -> None:
+        """The GPU computed (or loaded) chunk ``key`` (in ``gpu_blocks``): write-through stores it in every tier."""
         if self.write == "through":
-            self._store_host(key)
+            self._store_host(key, gpu_blocks)
             if self.disk is not None and key not in self.disk.held:
                 self._store_disk(key)
         if self.debug:
             self.check_invariants()
 
-    def gpu_evicted(self, key: int) -> None:
-        """The GPU evicted chunk ``key`` (all its blocks were still cached): write-back stores it."""
+    def gpu_evicted(self, key: int, gpu_blocks: tuple[int, ...] = ()) -> None:
+        """The GPU evicted chunk ``key`` (all its blocks, ``gpu_blocks``, were still cached): write-back stores it."""
         if self.write == "back":
-            self._store_host(key)
+            self._store_host(key, gpu_blocks)
         if self.debug:
             self.check_invariants()
 
-    def _store_host(self, key: int) -> None:
+    def _store_host(self, key: int, gpu_blocks: tuple[int, ...] = ()) -> None:
         self.clock += 1
-        if key not in self.host.held and self.host.chunk_bytes <= self.host.capacity_bytes:
+        new = key not in self.host.held
+        if new and self.host.chunk_bytes <= self.host.capacity_bytes:
             self.bytes_moved["gpu_to_host"] += self.host.chunk_bytes
         for victim in self.host.store(key, self.clock):
+            if self.copies is not None:
+                self.copies.append(TierCopy("drop", victim))
             if self.write == "back" and self.disk is not None:
                 self._store_disk(victim)
+        if new and self.copies is not None and key in self.host.held:
+            self.copies.append(TierCopy("store", key, tuple(gpu_blocks)))
         self._note_peak()
 
     def _store_disk(self, key: int) -> None:
@@ -200,6 +232,8 @@ class TierStack:
         evicted = self.host.pin(nbytes)
         if evicted is None:
             return False
+        if self.copies is not None:
+            self.copies.extend(TierCopy("drop", victim) for victim in evicted)
         if self.write == "back" and self.disk is not None:
             for victim in evicted:
                 self._store_disk(victim)

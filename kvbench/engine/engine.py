@@ -44,6 +44,7 @@ class Engine:
         self.allocator = allocator
         self.load_cost = load_cost  # kvbench.sim.offload.LoadCost: tier loads lengthen the step (sim)
         self.load_s = 0.0  # seconds tier loads added to the critical path
+        self.tier_copies = getattr(executor, "host_tier", None) is not None  # hf with offload on
         self.memmap_every = memmap_every
         self._snapshots: list[tuple[float, object, object]] = []
         self.executor = executor
@@ -111,6 +112,8 @@ class Engine:
             if self.memmap_every and step % self.memmap_every == 0:
                 self._snapshot(now, final_lens)
             schedule_s = time.perf_counter() - t0
+            if self.tier_copies:  # a backend with real K/V: the host tier's copies ride on the batch
+                batch.tier_copies = self.allocator.take_tier_copies()
             result = self.executor.execute(batch)
             if self.load_cost is not None:
                 self._add_load_time(result)

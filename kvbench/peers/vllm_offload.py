@@ -200,6 +200,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--policy", choices=POLICIES, default="lru")
     parser.add_argument("--block-tokens", type=int, default=16)
     parser.add_argument("--capacity-chunks", type=int, default=256)
+    parser.add_argument("--capacity-frac", type=float, default=None,
+                        help="the tier as this fraction of the stream's distinct chunks (instead of --capacity-chunks)")
     parser.add_argument("--order", choices=ORDERS, default="prefix",
                         help="kvbench's call order (tail_first: vLLM's ranking of a request's chunks)")
     args = parser.parse_args(argv)
@@ -207,10 +209,13 @@ def main(argv: list[str] | None = None) -> int:
         print("--block-tokens and --capacity-chunks must be >= 1", file=sys.stderr)
         return 2
     stream = _stream_from_overrides(args.overrides, args.block_tokens)
+    distinct = len({key for req in stream for key in req.keys})
+    if args.capacity_frac is not None:
+        args.capacity_chunks = max(8, int(distinct * args.capacity_frac))
     diffs = differential(stream, args.capacity_chunks, args.policy, args.order)
     lookups = sum(1 for d in diffs if d.kvbench.hit_chunks != d.vllm.hit_chunks)
     evictions = sum(1 for d in diffs if d.kvbench.evicted != d.vllm.evicted)
-    print(f"{len(stream)} requests, {sum(len(r.keys) for r in stream)} chunks; policy {args.policy}, "
+    print(f"{len(stream)} requests, {distinct} distinct chunks; policy {args.policy}, "
           f"{args.capacity_chunks} chunks of {args.block_tokens} tokens, kvbench order {args.order}: {lookups} hit lengths and "
           f"{evictions} eviction sets differ")
     for d in diffs[:5]:

@@ -65,7 +65,7 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None, logger=None, run_id:
                         memmap_every=int(eng.get("memmap_every") or 0),
                         scheduler_cls=scheduler_class(_scheduling(cfg), str(eng.get("batching", "continuous"))),
                         max_concurrency=cfg.workload.get("max_concurrency"),
-                        load_cost=LoadCost.from_configs(cfg) if prep.tiers is not None else None,
+                        load_cost=LoadCost.from_configs(cfg) if _sim_tiers(cfg, prep) else None,
                         swap_space=HostTierSwap(prep.tiers, prep.spec.geometry.bytes_per_slot)
                         if prep.tiers is not None else None)
         out = engine.run(requests)
@@ -167,7 +167,7 @@ def _offload_columns(cfg: DictConfig, prep: Prepared, engine: Engine, out) -> di
         "offload_policy": str(cfg.offload.policy),
         "offload_write": str(cfg.offload.write),
         "offload_load": str(cfg.offload.load),
-        "offload_link": str(cfg.gpu.offload_link),
+        "offload_link": str(cfg.gpu.offload_link) if cfg.gpu.get("offload_link") is not None else None,
         # swap preemption books its K/V in the host tier (kvbench/engine/swap_space.py)
         "tier_bytes_swap_out": out.swap_out_slots * slot_bytes,
         "tier_bytes_swap_in": out.swap_in_slots * slot_bytes,
@@ -175,8 +175,13 @@ def _offload_columns(cfg: DictConfig, prep: Prepared, engine: Engine, out) -> di
         "tier_host_peak_cached_bytes": tiers.peak_host_bytes["cached"],
         "tier_host_peak_swap_bytes": tiers.peak_host_bytes["swap"],
         "tier_host_peak_bytes": tiers.peak_host_bytes["total"],
-        "tier_load_s": engine.load_s,
+        "tier_load_s": engine.load_s if _sim_tiers(cfg, prep) else None,  # hf: measured in swap_s
     }
+
+
+def _sim_tiers(cfg: DictConfig, prep: Prepared) -> bool:
+    """Tiers whose loads the cost model times (on hf the copies run and their wall time is measured)."""
+    return prep.tiers is not None and cfg.backend.name == "sim"
 
 
 # byte counts of the tiers: null in a summary without tiers
