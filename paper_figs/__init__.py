@@ -14,7 +14,7 @@ FIGURES: tuple[str, ...] = (
 
 # Beyond the paper (results/beyond): the allocators that came after PagedAttention.
 BEYOND_FIGURES: tuple[str, ...] = ("allocators_2025", "vattention_pages", "radix_multiturn",
-                                  "policy_rate", "preempt_cliff", "lpm_starvation")
+                                  "policy_rate", "preempt_cliff", "lpm_starvation", "offload_capacity")
 
 # Production traces (results/paper/traces): Azure 2023, Mooncake, arXiv.
 TRACE_FIGURES: tuple[str, ...] = ("traces_azure", "traces_prefix", "traces_pages")
