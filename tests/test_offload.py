@@ -193,6 +193,8 @@ PP = "allocator=paged_prefix"
     (["allocator=paged", "offload=host"], "allocator paged cannot"),
     ([PP, "offload=host", "gpu.offload_link=usb"], "gpu.offload_link must be one of"),
     ([PP, "allocator.eviction=fifo"], "eviction: unknown eviction policy 'fifo'; allowed: lru, arc, lfu, slru"),
+    ([PP, "offload=host", "engine.preemption=swap", "engine.swap_space_bytes=1e9"],
+     "engine.swap_space_bytes"),
 ])
 def test_bad_offload_settings_are_one_line_naming_the_setting(args, needle, tmp_path):
     error = precheck([*args, f"results_dir={tmp_path / 'r'}"])
@@ -284,3 +286,21 @@ def test_behind_a_small_gpu_pool_the_tiers_reach_the_trace_ceiling(tmp_path):
     disk = run_with("offload=host_disk", "offload.host_gpu_multiple=0.4", "offload.disk_bytes=1e12",
                     "offload.block_tokens=512", "engine.debug=true")
     assert disk["tier_hit_rate_total"] == pytest.approx(ceiling) and disk["tier_hit_rate_disk"] > 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("args", [["allocator=paged", "offload=host"], ["allocator=paged_prefix", "offload=host",
+                                                                        "offload.policy=fifo"]])
+def test_the_command_exits_2_with_one_line_and_writes_nothing(args, tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    proc = subprocess.run([sys.executable, "-m", "kvbench.app", *args, f"results_dir={tmp_path / 'r'}",
+                           f"hydra.run.dir={tmp_path / 'h'}"], cwd=root, capture_output=True, text=True,
+                          env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"}, timeout=300)
+    assert proc.returncode == 2, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "offload" in lines[0], proc.stderr
+    assert not (tmp_path / "r").exists() and not (tmp_path / "h").exists()
