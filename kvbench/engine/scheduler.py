@@ -576,6 +576,11 @@ class Scheduler:
         self._copy_ops = keep
         return redirect
 
+    @property
+    def host_used(self) -> int:
+        """Slots of swapped-out K/V held in the host pool (its own, or the host tier's)."""
+        return self.swap_space.used_slots
+
     def _release_host(self, group: Group) -> None:
         for seq in group.seqs:
             self.swap_space.give(self.host_tokens.pop(seq.seq_id, 0))
