@@ -27,13 +27,13 @@ def _requests() -> list[Request]:
     return [Request(i, p, 6, 100.0 * i) for i, p in enumerate(prompts)]
 
 
-def _run(models, requests, block_tokens: int, host_chunks: int, write: str):
+def _run(models, requests, block_tokens: int, host_chunks: int, write: str, attention: str = "torch"):
     alloc = build("paged_prefix", NUM_SLOTS, debug=True, block_size=4)
     tiers = TierStack(slot_bytes=1, gpu_block_tokens=4, block_tokens=block_tokens,
                       host_bytes=host_chunks * block_tokens, write=write, debug=True)
     tiers.track_copies()
     alloc.attach_tiers(tiers)
-    executor = HFExecutor(model_cfg("tiny-llama"), OmegaConf.create({"attention": "torch", "threads": None}),
+    executor = HFExecutor(model_cfg("tiny-llama"), OmegaConf.create({"attention": attention, "threads": None}),
                           num_slots=NUM_SLOTS, block_size=4, device="cpu", seed=0,
                           backend_cfg=OmegaConf.create({}), model=models["tiny-llama"])
     executor.attach_host_tier(host_chunks, block_tokens // 4)
@@ -49,6 +49,35 @@ def test_blocks_back_from_the_host_give_generates_tokens(block_tokens, host_chun
     assert stats["tier_hit_rate_host"] > 0 and executor.host_tier.loaded > 0  # K/V really came back
     assert greedy(out) == reference("tiny-llama", requests)
     assert len(executor.host_tier.place) == len(alloc._tiers.host.held)  # the pool follows the books
+
+
+@pytest.mark.slow
+def test_the_triton_interpreter_path_reads_the_reloaded_blocks_too(tmp_path):
+    """engine.attention=triton under TRITON_INTERPRET=1 (set before triton is imported: a subprocess)."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    script = tmp_path / "triton_offload.py"
+    script.write_text(
+        "import json\n"
+        "from tests.test_hf_offload import _requests, _run\n"
+        "from tests.test_hf_executor import build_model, greedy, hf_generate, model_cfg\n"
+        "models = {'tiny-llama': build_model(model_cfg('tiny-llama'), seed=0)}\n"
+        "requests = _requests()\n"
+        "out, alloc, executor = _run(models, requests, 8, 8, 'back', attention='triton')\n"
+        "ref = build_model(model_cfg('tiny-llama'), seed=0, attn_implementation='sdpa')\n"
+        "exp = {r.request_id: hf_generate(ref, r) for r in requests}\n"
+        "print(json.dumps({'got': greedy(out), 'expected': exp, 'loaded': executor.host_tier.loaded}))\n")
+    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(root))
+    done = subprocess.run([sys.executable, str(script)], cwd=root, env=env, capture_output=True, text=True,
+                          timeout=900)
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["loaded"] > 0 and result["got"] == result["expected"]
 
 
 def test_a_corrupted_host_copy_changes_the_tokens(engine_models, reference):
