@@ -2,7 +2,8 @@
 experiment (the Mooncake conversation and synthetic traces, ShareGPT multi-turn), one line per
 host-tier policy.
 
-x: the host tier in multiples of the GPU's KV bytes (0 = the GPU alone), placed evenly. Panels:
+x: the host tier in multiples of the GPU's KV bytes (0 = the GPU alone, the same run on every
+line), placed evenly. Panels:
 total token hit rate (GPU + host; the trace's reuse ceiling dashed where the trace has one), the
 host tier's share of it, mean and P99 TTFT, request throughput. Only runs that differ in nothing
 but the seed are averaged.
@@ -29,15 +30,27 @@ STYLE = {"lru": {"marker": "o", "linewidth": 3.5, "alpha": 0.6}, "arc": {"marker
          "lfu": {"marker": "^"}, "slru": {"marker": "x", "linestyle": "--"}}
 
 
+def _gpu_alone_for_every_policy(runs: pd.DataFrame) -> pd.DataFrame:
+    """x = 0 is the GPU alone: no tier, so no policy (null in its summary). A sweep runs it once per
+    policy, alike in all but a setting with nothing to order: one of them (per experiment and
+    seed) starts every policy's line."""
+    alone = runs["offload_host_bytes"] == 0
+    first = runs[alone].drop_duplicates(subset=["experiment", "seed"])
+    policies = [p for p in POLICIES if p in set(runs.loc[~alone, "offload_policy"].dropna())] or ["lru"]
+    copies = [first.assign(offload_policy=policy) for policy in policies]
+    return pd.concat([runs[~alone], *copies], ignore_index=True)
+
+
 def draw(index_df: pd.DataFrame, out_dir: str | Path, results_root: str | Path,
          experiment: str | None = None) -> list[Path]:
     runs = common.pick(index_df, NAME, experiment or EXPERIMENT, prefix=experiment is None,
-                       need=["offload_policy", "offload_host_bytes", "kv_bytes", "tier_hit_rate_total"])
+                       need=["offload_host_bytes", "kv_bytes", "tier_hit_rate_total"])
     if runs is None:
         return []
     keys = [key for key, _, _ in PANELS if key in runs.columns]
     runs = common.numeric(runs, "offload_host_bytes", "kv_bytes", *keys)
-    runs = runs.assign(host_multiple=(runs["offload_host_bytes"] / runs["kv_bytes"]).round(2))
+    runs = _gpu_alone_for_every_policy(runs.assign(
+        host_multiple=(runs["offload_host_bytes"] / runs["kv_bytes"]).round(2)))
     has_ceiling = "trace_reuse_ceiling" in runs.columns
     experiments = sorted(runs["experiment"].unique())
     common.setup_style()
