@@ -9,6 +9,7 @@ from omegaconf import OmegaConf
 from allocators import build
 from allocators.tiers import TierStack
 from kvbench.engine import Engine, SchedulerConfig
+from kvbench.engine.swap_space import HostTierSwap
 from kvbench.executors.hf import HFExecutor
 from kvbench.requests import Request
 from tests.test_hf_executor import MAX_MODEL_LEN, engine_models, greedy, model_cfg, one_thread, reference  # noqa: F401
@@ -27,7 +28,8 @@ def _requests() -> list[Request]:
     return [Request(i, p, 6, 100.0 * i) for i, p in enumerate(prompts)]
 
 
-def _run(models, requests, block_tokens: int, host_chunks: int, write: str, attention: str = "torch"):
+def _run(models, requests, block_tokens: int, host_chunks: int, write: str, attention: str = "torch",
+         preemption: str = "recompute"):
     alloc = build("paged_prefix", NUM_SLOTS, debug=True, block_size=4)
     tiers = TierStack(slot_bytes=1, gpu_block_tokens=4, block_tokens=block_tokens,
                       host_bytes=host_chunks * block_tokens, write=write, debug=True)
@@ -37,7 +39,9 @@ def _run(models, requests, block_tokens: int, host_chunks: int, write: str, atte
                           num_slots=NUM_SLOTS, block_size=4, device="cpu", seed=0,
                           backend_cfg=OmegaConf.create({}), model=models["tiny-llama"])
     executor.attach_host_tier(host_chunks, block_tokens // 4)
-    engine = Engine(alloc, executor, SchedulerConfig(max_model_len=MAX_MODEL_LEN), max_steps=500)
+    swap = HostTierSwap(tiers, slot_bytes=1) if preemption == "swap" else None
+    engine = Engine(alloc, executor, SchedulerConfig(max_model_len=MAX_MODEL_LEN, preemption=preemption),
+                    max_steps=500, swap_space=swap)
     return engine.run(requests), alloc, executor
 
 
@@ -49,6 +53,19 @@ def test_blocks_back_from_the_host_give_generates_tokens(block_tokens, host_chun
     assert stats["tier_hit_rate_host"] > 0 and executor.host_tier.loaded > 0  # K/V really came back
     assert greedy(out) == reference("tiny-llama", requests)
     assert len(executor.host_tier.place) == len(alloc._tiers.host.held)  # the pool follows the books
+
+
+def test_swaps_into_the_host_tier_under_pressure_keep_generates_tokens(engine_models, reference):
+    """Six requests at once on 16 blocks, each growing to 11: groups are swapped out into the host
+    tier (evicting its chunks), come back, and the tokens are generate's."""
+    rng = np.random.default_rng(12)
+    system = rng.integers(0, 256, 8).tolist()
+    requests = [Request(i, system + rng.integers(0, 256, 5).tolist(), 28, 0.0) for i in range(6)]
+    out, alloc, executor = _run(engine_models, requests, 4, 24, "through", preemption="swap")
+    assert out.swap_out_slots > 0  # (a swap-in skips the positions the prefix cache still holds)
+    assert alloc._tiers.host.pinned_bytes == 0  # every swap came back: the tier holds none of it
+    assert alloc._tiers.host.evictions > 0 and executor.host_tier.stored > 0
+    assert greedy(out) == reference("tiny-llama", requests)
 
 
 @pytest.mark.slow
