@@ -142,18 +142,25 @@ class PagedPrefixAllocator(PagedAllocator):
         if tiers is None or tiers.write != "back" or (self._block_pos[block] + 1) % tiers.chunk_blocks:
             return
         parent = key[0]
+        blocks = [block]
         for _ in range(tiers.chunk_blocks - 1):
             b = self._hash_to_block.get(parent)
             if b is None:
                 return
+            blocks.append(b)
             parent = self._block_key[b][0]
-        tiers.gpu_evicted(h)
+        tiers.gpu_evicted(h, tuple(reversed(blocks)))
 
     def attach_tiers(self, tiers: TierStack) -> None:
         """Put the host (and disk) tiers behind this GPU prefix cache (before the first admit)."""
         if self._seqs or self._queries:
             raise AllocatorError("attach_tiers before the first admit")
         self._tiers = tiers
+
+    def take_tier_copies(self):
+        """The host tier's copies since the last call (``allocators.tiers.TierCopy``; after
+        ``TierStack.track_copies``), in the order they happened."""
+        return [] if self._tiers is None else self._tiers.take_copies()
 
     def take_tier_loads(self):
         """Loads from the tiers since the last call (``allocators.tiers.Loads``), or None without tiers."""
@@ -229,7 +236,6 @@ class PagedPrefixAllocator(PagedAllocator):
             hits.append(block)
             hashes.append(h)
             parent = h
-        loaded = self._tier_hits(prompt, len(hits), parent, queries) if self._tiers is not None else ()
         ref = self._ref
         revived = sum(1 for b in hits if not ref[b])
         fresh = ceil_div(len(prompt), bs) - len(hits)
@@ -243,6 +249,9 @@ class PagedPrefixAllocator(PagedAllocator):
             policy.access(h, self._release_clock)
             ref[b] += 1
         table = hits + self._take_fresh(fresh)
+        # the tiers are looked up after the fresh blocks are taken: a write-back store of a block
+        # those evicted may push a chunk out of the host tier, which must not count as a hit
+        loaded = self._tier_hits(prompt, len(hits), parent, queries) if self._tiers is not None else ()
         if loaded:
             self._register_loaded(table, len(hits), loaded, hashes)
         cached = (len(hits) + len(loaded)) * bs
@@ -257,18 +266,18 @@ class PagedPrefixAllocator(PagedAllocator):
     def _register_loaded(self, table: list[int], start: int, loaded, hashes: list[int]) -> None:
         """Book the chunks loaded from the tiers into the fresh blocks ``table[start:]``."""
         tiers = self._tiers
-        counts: dict[tuple[int, str], int] = {}
+        counts: dict[tuple[int, str], list[int]] = {}
         for i, (h, key, where, chunk) in enumerate(loaded, start):
             block = table[i]
             hashes.append(h)
-            counts[(chunk, where)] = counts.get((chunk, where), 0) + 1
+            counts.setdefault((chunk, where), []).append(block)
             if h not in self._hash_to_block:
                 self._hash_to_block[h] = block
                 self._block_hash[block] = h
                 self._block_key[block] = key
                 self._block_pos[block] = i
         for (chunk, where), blocks in counts.items():
-            tiers.load(chunk, where, blocks)
+            tiers.load(chunk, where, len(blocks), tuple(blocks))
             tiers.computed(chunk)
 
     _tracks_ids = True
@@ -373,7 +382,7 @@ class PagedPrefixAllocator(PagedAllocator):
                 self._block_key[block] = key
                 self._block_pos[block] = i
             if self._tiers is not None and not (i + 1) % self._tiers.chunk_blocks:
-                self._tiers.computed(h)
+                self._tiers.computed(h, tuple(seq.table[i + 1 - self._tiers.chunk_blocks:i + 1]))
 
     def _child_of(self, parent: _PagedSeq) -> _PagedSeq:
         assert isinstance(parent, _PrefixSeq)

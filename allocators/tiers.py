@@ -14,8 +14,14 @@ Writes (``write``):
 A chunk larger than a tier is never stored there. Stores are asynchronous in the engines
 (vLLM's offloading connector, SGLang's HiCache): their bytes are counted, not timed.
 
-Counters (``TierStats``): tokens served per tier, bytes moved per direction, transfers;
-``take_loads()`` drains the loads since the last call (the engine times them per step).
+Swap preemption shares the host tier (one pool, one accounting): ``pin_swap(nbytes)`` holds a
+preempted sequence's K/V there, evicting cached chunks (which go to disk under write-back) to
+make room; pinned bytes are never evicted and leave with ``unpin_swap``. The host tier's bytes
+are then ``cached`` (chunks) plus ``swap`` (pinned), within its capacity.
+
+Counters: tokens served per tier, bytes moved per direction, transfers, the host tier's bytes
+per category (now and at peak); ``take_loads()`` drains the loads since the last call (the
+engine times them per step).
 """
 from __future__ import annotations
 
@@ -36,7 +42,8 @@ class Tier:
     chunk_bytes: int
     policy: CachePolicy
     held: dict[int, int] = field(default_factory=dict)  # chunk key -> bytes
-    used_bytes: int = 0
+    used_bytes: int = 0  # bytes of the chunks held (cached K/V)
+    pinned_bytes: int = 0  # bytes of swapped-out sequences (never evicted)
     evictions: int = 0
 
     def __contains__(self, key: int) -> bool:
@@ -47,24 +54,57 @@ class Tier:
         if key in self.held:
             self.policy.access(key, now)
             return []
-        if self.chunk_bytes > self.capacity_bytes:
+        if self.chunk_bytes > self.capacity_bytes - self.pinned_bytes:
             return []
-        evicted = []
-        while self.used_bytes + self.chunk_bytes > self.capacity_bytes:
-            victim = self.policy.evict()
-            self.used_bytes -= self.held.pop(victim)
-            self.evictions += 1
-            evicted.append(victim)
+        evicted = self._make_room(self.chunk_bytes)
         self.held[key] = self.chunk_bytes
         self.used_bytes += self.chunk_bytes
         self.policy.add(key, now)
         return evicted
 
+    def pin(self, nbytes: int) -> list[int] | None:
+        """Hold ``nbytes`` that no eviction may take; the evicted chunk keys, or None (nothing
+        changed) when the tier cannot hold them even with every chunk evicted."""
+        if self.pinned_bytes + nbytes > self.capacity_bytes:
+            return None
+        evicted = self._make_room(nbytes)
+        self.pinned_bytes += nbytes
+        return evicted
+
+    def unpin(self, nbytes: int) -> None:
+        if nbytes > self.pinned_bytes:
+            raise ValueError(f"{self.name}: unpin of {nbytes} bytes, {self.pinned_bytes} pinned")
+        self.pinned_bytes -= nbytes
+
+    def _make_room(self, nbytes: int) -> list[int]:
+        evicted = []
+        while self.used_bytes + self.pinned_bytes + nbytes > self.capacity_bytes:
+            victim = self.policy.evict()
+            self.used_bytes -= self.held.pop(victim)
+            self.evictions += 1
+            evicted.append(victim)
+        return evicted
+
     def check_invariants(self) -> None:
         assert self.used_bytes == sum(self.held.values()), f"{self.name}: bytes held do not add up"
-        assert 0 <= self.used_bytes <= self.capacity_bytes, f"{self.name}: {self.used_bytes} bytes held, capacity {self.capacity_bytes}"
+        assert self.used_bytes >= 0 and self.pinned_bytes >= 0, f"{self.name}: negative bytes"
+        assert self.used_bytes + self.pinned_bytes <= self.capacity_bytes, \
+            f"{self.name}: {self.used_bytes} cached + {self.pinned_bytes} pinned bytes, capacity {self.capacity_bytes}"
         assert len(self.policy) == len(self.held) and set(self.policy.order()) == set(self.held), \
             f"{self.name}: the policy and the books disagree"
+
+
+@dataclass(frozen=True, slots=True)
+class TierCopy:
+    """A copy the engine's tensors make for the host tier (a backend with real K/V; ``TierStack``
+    lists them only after ``track_copies()``): ``store`` GPU ``blocks`` -> host chunk ``key`` (all
+    its blocks, read before the step writes anything); ``load`` host chunk ``key`` from its block
+    ``offset`` -> GPU ``blocks`` (written before the forward); ``drop``: the host freed ``key``."""
+
+    kind: str  # store | load | drop
+    key: int
+    blocks: tuple[int, ...] = ()
+    offset: int = 0
 
 
 @dataclass(slots=True)
@@ -103,6 +143,18 @@ class TierStack:
         self.loads = Loads()
         self.hit_tokens = {"host": 0, "disk": 0}
         self.bytes_moved = {"gpu_to_host": 0, "host_to_gpu": 0, "host_to_disk": 0, "disk_to_gpu": 0}
+        self.peak_host_bytes = {"cached": 0, "swap": 0, "total": 0}
+        self.copies: list[TierCopy] | None = None  # listed for a backend that moves real K/V
+
+    def track_copies(self) -> None:
+        """List the host tier's copies (``take_copies``) for a backend that holds real K/V."""
+        if self.disk is not None:
+            raise ValueError("real K/V copies are kept for a host tier only (no disk tier)")
+        self.copies = []
+
+    def take_copies(self) -> list[TierCopy]:
+        copies, self.copies = self.copies, ([] if self.copies is not None else None)
+        return copies or []
 
     # -- lookup and load ------------------------------------------------------------------------
     def where(self, key: int) -> str | None:
@@ -113,9 +165,12 @@ class TierStack:
             return "disk"
         return None
 
-    def load(self, key: int, tier: str, blocks: int) -> None:
-        """``blocks`` GPU blocks of chunk ``key`` come from ``tier`` (an access there)."""
+    def load(self, key: int, tier: str, blocks: int, gpu_blocks: tuple[int, ...] = ()) -> None:
+        """``blocks`` GPU blocks of chunk ``key`` come from ``tier`` (an access there): its last
+        ``blocks`` blocks, into ``gpu_blocks`` when copies are tracked."""
         self.clock += 1
+        if self.copies is not None:
+            self.copies.append(TierCopy("load", key, gpu_blocks, self.chunk_blocks - blocks))
         nbytes = blocks * self.block_bytes
         if tier == "host":
             self.host.policy.access(key, self.clock)
@@ -134,35 +189,74 @@ class TierStack:
         return loads
 
     # -- writes -----------------------------------------------------------------------------------
-    def computed(self, key: int) -> None:
-        """The GPU computed (or loaded) chunk ``key``: write-through stores it in every tier."""
+    def computed(self, key: int, gpu_blocks: tuple[int, ...] = ()) -> None:
+        """The GPU computed (or loaded) chunk ``key`` (in ``gpu_blocks``): write-through stores it in every tier."""
         if self.write == "through":
-            self._store_host(key)
+            self._store_host(key, gpu_blocks)
             if self.disk is not None and key not in self.disk.held:
                 self._store_disk(key)
         if self.debug:
             self.check_invariants()
 
-    def gpu_evicted(self, key: int) -> None:
-        """The GPU evicted chunk ``key`` (all its blocks were still cached): write-back stores it."""
+    def gpu_evicted(self, key: int, gpu_blocks: tuple[int, ...] = ()) -> None:
+        """The GPU evicted chunk ``key`` (all its blocks, ``gpu_blocks``, were still cached): write-back stores it."""
         if self.write == "back":
-            self._store_host(key)
+            self._store_host(key, gpu_blocks)
         if self.debug:
             self.check_invariants()
 
-    def _store_host(self, key: int) -> None:
+    def _store_host(self, key: int, gpu_blocks: tuple[int, ...] = ()) -> None:
         self.clock += 1
-        if key not in self.host.held and self.host.chunk_bytes <= self.host.capacity_bytes:
+        new = key not in self.host.held
+        if new and self.host.chunk_bytes <= self.host.capacity_bytes:
             self.bytes_moved["gpu_to_host"] += self.host.chunk_bytes
         for victim in self.host.store(key, self.clock):
+            if self.copies is not None:
+                self.copies.append(TierCopy("drop", victim))
             if self.write == "back" and self.disk is not None:
                 self._store_disk(victim)
+        if new and self.copies is not None and key in self.host.held:
+            self.copies.append(TierCopy("store", key, tuple(gpu_blocks)))
+        self._note_peak()
 
     def _store_disk(self, key: int) -> None:
         self.clock += 1
         if key not in self.disk.held and self.disk.chunk_bytes <= self.disk.capacity_bytes:
             self.bytes_moved["host_to_disk"] += self.disk.chunk_bytes
         self.disk.store(key, self.clock)
+
+    # -- swap preemption ------------------------------------------------------------------------
+    def pin_swap(self, nbytes: int) -> bool:
+        """A preempted sequence's ``nbytes`` of K/V go to the host tier; False (nothing changed)
+        when they do not fit there even with every cached chunk evicted."""
+        evicted = self.host.pin(nbytes)
+        if evicted is None:
+            return False
+        if self.copies is not None:
+            self.copies.extend(TierCopy("drop", victim) for victim in evicted)
+        if self.write == "back" and self.disk is not None:
+            for victim in evicted:
+                self._store_disk(victim)
+        self._note_peak()
+        if self.debug:
+            self.check_invariants()
+        return True
+
+    def unpin_swap(self, nbytes: int) -> None:
+        """A swapped sequence's ``nbytes`` came back to the GPU (or were dropped)."""
+        self.host.unpin(nbytes)
+
+    def host_bytes_by_category(self) -> dict[str, int]:
+        """The host tier's bytes now: cached chunks, swapped-out K/V, free."""
+        host = self.host
+        return {"cached": host.used_bytes, "swap": host.pinned_bytes,
+                "free": host.capacity_bytes - host.used_bytes - host.pinned_bytes}
+
+    def _note_peak(self) -> None:
+        peak, host = self.peak_host_bytes, self.host
+        peak["cached"] = max(peak["cached"], host.used_bytes)
+        peak["swap"] = max(peak["swap"], host.pinned_bytes)
+        peak["total"] = max(peak["total"], host.used_bytes + host.pinned_bytes)
 
     # -- views --------------------------------------------------------------------------------------
     def tiers(self) -> list[Tier]:

@@ -88,6 +88,7 @@ class StepBatch:
     copy_ops: list[CopyOp] = field(default_factory=list)  # in-pool copies, done before the forward
     swap_out: list[SwapOp] = field(default_factory=list)  # device -> host, before copy_ops
     swap_in: list[SwapOp] = field(default_factory=list)  # host -> device, before the forward
+    tier_copies: list = field(default_factory=list)  # allocators.tiers.TierCopy: host tier stores, loads, drops (hf)
     page_maps: int = 0  # physical page groups mapped since the last step (vattention)
     page_unmaps: int = 0  # and unmapped
     counts: BatchCounts | None = None  # sums over chunks, when the scheduler kept them (else computed)

@@ -14,7 +14,7 @@ FIGURES: tuple[str, ...] = (
 
 # Beyond the paper (results/beyond): the allocators that came after PagedAttention.
 BEYOND_FIGURES: tuple[str, ...] = ("allocators_2025", "vattention_pages", "radix_multiturn",
-                                  "policy_rate", "preempt_cliff", "lpm_starvation")
+                                  "policy_rate", "preempt_cliff", "lpm_starvation", "offload_capacity")
 
 # Mixed models (results/paper/hybrid): per-layer-group KV allocators on Gemma 3, gpt-oss, Qwen3-Next.
 HYBRID_FIGURES: tuple[str, ...] = ("hybrid_models",)

@@ -39,6 +39,8 @@ LATER_SUMMARY = ("policy", "preemption_victim", "keep_arrival_order", "aging_bou
                  *(f"mem_{kind}{part}_frac" for kind in ("full", "window", "chunked", "state") for part in ("", "_needed")),
                  "mem_needed_frac")
 LATER_SUMMARY_PREFIXES = ("prio",)
+# issue 34's offload columns, in every summary since (tests/test_offload.py pins them)
+LATER_OFFLOAD_PREFIXES = ("offload", "tier_")
 LATER_STEPS = ("logical_blocks", "physical_blocks")
 LATER_REQUESTS = ("priority", "queue_wait_s", "lost_tokens")
 
@@ -150,7 +152,8 @@ def frame_hash(frame: pd.DataFrame, drop: tuple[str, ...] = ()) -> str:
 
 def summary_hash(summary: dict) -> str:
     row = {k: v for k, v in summary.items() if k not in VOLATILE_SUMMARY and k not in LATER_SUMMARY
-           and not (k.startswith(LATER_SUMMARY_PREFIXES) and k[len("prio"):len("prio") + 1].isdigit())}
+           and not (k.startswith(LATER_SUMMARY_PREFIXES) and k[len("prio"):len("prio") + 1].isdigit())
+           and not k.startswith(LATER_OFFLOAD_PREFIXES)}
     for k, v in row.items():  # float bits, not their shortest repr
         if isinstance(v, float) and not math.isnan(v):
             row[k] = struct.pack("<d", v).hex()

@@ -50,6 +50,19 @@ def policy_rows(start: int) -> list[dict]:
     return rows
 
 
+def offload_rows(start: int) -> list[dict]:
+    """Rows of the KV-tier studies (offload_capacity): host capacity x policy, one with a ceiling."""
+    rows, i = [], start
+    for experiment, ceiling in (("offload-mooncake", 0.2), ("offload-multiturn", None)):
+        for policy in ("lru", "arc", "lfu", "slru"):
+            for multiple in (0, 0.5, 1, 2, 4, 8):
+                rows.append(row(i := i + 1, experiment, ALLOCS[3], offload_policy=policy, kv_bytes=1e9,
+                                offload_host_bytes=multiple * 1e9, trace_reuse_ceiling=ceiling,
+                                tier_hit_rate_total=0.05 + 0.01 * multiple, tier_hit_rate_host=0.01 * multiple,
+                                p99_ttft_s=2.0 - 0.1 * multiple))
+    return rows
+
+
 @pytest.fixture
 def index(tmp_path) -> Path:
     rows, i = [], 0
@@ -66,6 +79,7 @@ def index(tmp_path) -> Path:
             rows.append(row(i := i + 1, "radix-multiturn", (alloc[0], None, block, None), workload="multiturn",
                             prefix_hit_rate=0.5 / block ** 0.2))
     rows += policy_rows(i)
+    rows += offload_rows(len(rows))
     path = tmp_path / "index.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return path

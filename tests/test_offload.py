@@ -54,6 +54,45 @@ def test_tier_chunk_must_be_a_multiple_of_the_gpu_block():
         stack(host_chunks=2, block_tokens=6)
 
 
+def test_swapped_kv_shares_the_host_tier_and_is_never_evicted():
+    """One pool, one accounting: a swap-out evicts cached chunks (lru order) to fit, its bytes are
+    pinned until they come back, and a swap larger than the tier less what is pinned fails."""
+    t = stack(host_chunks=4, disk_chunks=10, write="back")  # 16 bytes of host
+    for key in (1, 2, 3):
+        t.gpu_evicted(key)
+    assert t.pin_swap(9)  # 12 cached + 9 > 16: chunks 1 and 2 go (to disk: write-back)
+    assert set(t.host.held) == {3} and set(t.disk.held) == {1, 2}
+    assert t.host_bytes_by_category() == {"cached": 4, "swap": 9, "free": 3}
+    t.gpu_evicted(4)  # 4 + 4 + 9 > 16: chunk 3 goes, the pinned bytes stay
+    assert set(t.host.held) == {4} and t.host.pinned_bytes == 9
+    t.gpu_evicted(5)  # 4 + 4 + 9 > 16 again: 4 goes
+    assert set(t.host.held) == {5}
+    assert not t.pin_swap(8)  # 9 + 8 > 16 even with every chunk gone: refused, nothing changed
+    assert set(t.host.held) == {5} and t.host.pinned_bytes == 9
+    t.unpin_swap(9)
+    assert t.host_bytes_by_category() == {"cached": 4, "swap": 0, "free": 12}
+    assert t.peak_host_bytes == {"cached": 12, "swap": 9, "total": 13}
+    with pytest.raises(ValueError, match="unpin"):
+        t.unpin_swap(1)
+    t.check_invariants()
+
+
+def test_host_tier_swap_space_counts_slots_as_bytes():
+    from kvbench.engine.swap_space import HostTierSwap, SwapSpace
+
+    own = SwapSpace(10)
+    assert own.take(6) and not own.take(5) and own.used_slots == 6
+    t = stack(host_chunks=4)  # 16 bytes
+    for key in (1, 2, 3, 4):
+        t.computed(key)
+    swap = HostTierSwap(t, slot_bytes=2)  # 8 slots of room in all
+    assert swap.capacity_slots == 8 and swap.take(3)  # 6 bytes: two chunks evicted
+    assert t.host.pinned_bytes == 6 and len(t.host.held) == 2
+    assert not swap.take(6) and swap.used_slots == 3
+    swap.give(3)
+    assert t.host.pinned_bytes == 0 and swap.used_slots == 0
+
+
 # -- the GPU prefix cache with tiers ----------------------------------------------------------
 A = list(range(9))  # two full blocks and one token
 B = list(range(100, 116))  # four blocks: evicts A's two cached blocks from a four-block GPU pool
@@ -154,6 +193,8 @@ PP = "allocator=paged_prefix"
     (["allocator=paged", "offload=host"], "allocator paged cannot"),
     ([PP, "offload=host", "gpu.offload_link=usb"], "gpu.offload_link must be one of"),
     ([PP, "allocator.eviction=fifo"], "eviction: unknown eviction policy 'fifo'; allowed: lru, arc, lfu, slru"),
+    ([PP, "offload=host", "engine.preemption=swap", "engine.swap_space_bytes=1e9"],
+     "engine.swap_space_bytes"),
 ])
 def test_bad_offload_settings_are_one_line_naming_the_setting(args, needle, tmp_path):
     error = precheck([*args, f"results_dir={tmp_path / 'r'}"])
@@ -185,7 +226,10 @@ def _run(tmp_path, *overrides):
 
 def test_a_host_tier_recovers_what_the_gpu_evicted_and_blocking_loads_cost_more(tmp_path):
     none = _run(tmp_path)
-    assert not any(key.startswith("tier_") for key in none)  # offload=none: the summary of today
+    # offload=none: the tier columns are there, the host and disk ones null, the GPU rate the prefix cache's
+    assert none["offload"] == "none" and none["offload_host_bytes"] == 0 and none["tier_load_s"] is None
+    assert none["tier_hit_rate_gpu"] == none["tier_hit_rate_total"] == none["prefix_token_hit_rate"]
+    assert none["tier_hit_rate_host"] is None and none["tier_bytes_host_to_gpu"] is None
     overlap = _run(tmp_path, "offload=host", "offload.host_gpu_multiple=8.0")
     blocking = _run(tmp_path, "offload=host", "offload.host_gpu_multiple=8.0", "offload.load=blocking")
     assert overlap["tier_hit_rate_gpu"] == pytest.approx(none["prefix_token_hit_rate"], abs=0.05)
@@ -194,6 +238,22 @@ def test_a_host_tier_recovers_what_the_gpu_evicted_and_blocking_loads_cost_more(
     assert overlap["tier_bytes_host_to_gpu"] > 0 and overlap["tier_bytes_disk_to_gpu"] is None
     assert blocking["tier_load_s"] > overlap["tier_load_s"] >= 0
     assert blocking["offload_load"] == "blocking" and overlap["offload_host_bytes"] == 8 * overlap["kv_bytes"]
+
+
+def test_swap_preemption_uses_the_host_tier_not_its_own_pool(tmp_path):
+    """With a tier on, engine.swap_space_bytes is not the limit: a host tier too small for any
+    swap turns every preemption into a recompute; a large one takes the swaps and holds their bytes."""
+    base = ["engine.preemption=swap", "engine.swap_space_bytes=4e9", "workload=sharegpt",
+            "workload.num_requests=24", "engine.debug=true"]
+    tiny = _run(tmp_path, *base, "offload=host", "offload.host_gpu_multiple=null", "offload.host_bytes=1")
+    assert tiny["num_preemptions"] > 0 and tiny["swap_out_slots"] == 0 and tiny["tier_bytes_swap_out"] == 0
+    big = _run(tmp_path, *base, "offload=host", "offload.host_gpu_multiple=2.0")
+    assert big["num_preemptions"] > 0 and big["swap_out_slots"] > 0
+    slot_bytes = big["kv_bytes"] // big["kv_slots"]
+    assert big["tier_bytes_swap_out"] == big["swap_out_slots"] * slot_bytes
+    assert big["tier_bytes_swap_in"] == big["swap_in_slots"] * slot_bytes
+    assert 0 < big["tier_host_peak_swap_bytes"] <= big["tier_host_peak_bytes"] <= big["offload_host_bytes"]
+    assert big["tier_host_swap_bytes"] == 0  # every swapped group came back
 
 
 def test_behind_a_small_gpu_pool_the_tiers_reach_the_trace_ceiling(tmp_path):
@@ -226,3 +286,21 @@ def test_behind_a_small_gpu_pool_the_tiers_reach_the_trace_ceiling(tmp_path):
     disk = run_with("offload=host_disk", "offload.host_gpu_multiple=0.4", "offload.disk_bytes=1e12",
                     "offload.block_tokens=512", "engine.debug=true")
     assert disk["tier_hit_rate_total"] == pytest.approx(ceiling) and disk["tier_hit_rate_disk"] > 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("args", [["allocator=paged", "offload=host"], ["allocator=paged_prefix", "offload=host",
+                                                                        "offload.policy=fifo"]])
+def test_the_command_exits_2_with_one_line_and_writes_nothing(args, tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    proc = subprocess.run([sys.executable, "-m", "kvbench.app", *args, f"results_dir={tmp_path / 'r'}",
+                           f"hydra.run.dir={tmp_path / 'h'}"], cwd=root, capture_output=True, text=True,
+                          env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"}, timeout=300)
+    assert proc.returncode == 2, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "offload" in lines[0], proc.stderr
+    assert not (tmp_path / "r").exists() and not (tmp_path / "h").exists()

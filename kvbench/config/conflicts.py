@@ -10,7 +10,8 @@ that names both settings and says which one wins. Every pair is a row of ``CONFL
 - ``workload.time_scale`` under ``workload.target_rate`` (a replayed trace: the rate picks the scale);
 - ``engine.gpu_memory_utilization`` under ``engine.kv_cache_bytes`` (sim), and on backend=hf;
 - ``engine.kv_cache_fraction`` under ``engine.kv_cache_bytes`` (hf), and on backend=sim;
-- ``engine.swap_space_bytes`` under ``engine.preemption=recompute`` (nothing is swapped);
+- ``engine.swap_space_bytes`` under ``engine.preemption=recompute`` (nothing is swapped), and
+  with an offload host tier on (swapped K/V go to the host tier);
 - ``engine.clock=wall`` on backend=sim (its clock is always the cost model);
 - ``engine.attention``, ``engine.device``, ``engine.threads`` on backend=sim (hf knobs);
 - ``gpu=...`` / ``gpu.*`` on backend=hf with the wall clock (the profile times only virtual steps);
@@ -51,6 +52,14 @@ def _set(cfg: DictConfig, group: str, key: str) -> bool:
     return node is not None and node.get(key) is not None
 
 
+def _host_tier(cfg: DictConfig) -> bool:
+    off = cfg.get("offload")
+    if off is None:
+        return False
+    multiple = off.get("host_gpu_multiple")
+    return bool(multiple) if multiple is not None else bool(off.get("host_bytes"))
+
+
 def _samples(cfg: DictConfig) -> int:
     wl = cfg.workload
     return max(int(wl.get("n", 1) or 1), int(wl.get("beam_width", 1) or 1))
@@ -82,6 +91,10 @@ CONFLICTS: tuple[Conflict, ...] = (
     Conflict("engine.swap_space_bytes",
              lambda c: str(c.engine.preemption) != "swap",
              lambda c: f"engine.preemption={c.engine.preemption} swaps nothing; set engine.preemption=swap to use it"),
+    Conflict("engine.swap_space_bytes",
+             lambda c: str(c.engine.preemption) == "swap" and _host_tier(c),
+             lambda c: f"offload={c.offload.name} wins: swapped K/V go to its host tier (one pool, one "
+                       "accounting); size that with offload.host_bytes or offload.host_gpu_multiple"),
     Conflict("engine.clock",
              lambda c: _sim(c) and str(c.engine.get("clock")) != "virtual",
              lambda c: "backend=sim always times steps with the cost model (the virtual clock); "

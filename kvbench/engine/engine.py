@@ -20,6 +20,7 @@ from kvbench.engine.policy_metrics import policy_summary
 from kvbench.engine.recorder import Recorder, requests_frame, summarize
 from kvbench.engine.scheduler import Scheduler, SchedulerConfig
 from kvbench.engine.sequence import Group, GroupStatus, Seq
+from kvbench.engine.swap_space import SwapSpace
 from kvbench.requests import FollowUp, Request, later_turns
 
 
@@ -40,10 +41,11 @@ class Engine:
     def __init__(self, allocator: Allocator, executor, cfg: SchedulerConfig, *,
                  max_steps: int | None = None, progress: Callable[[int, float], None] | None = None,
                  memmap_every: int = 0, scheduler_cls: type[Scheduler] = Scheduler,
-                 max_concurrency: int | None = None, load_cost=None) -> None:
+                 max_concurrency: int | None = None, load_cost=None, swap_space: SwapSpace | None = None) -> None:
         self.allocator = allocator
         self.load_cost = load_cost  # kvbench.sim.offload.LoadCost: tier loads lengthen the step (sim)
         self.load_s = 0.0  # seconds tier loads added to the critical path
+        self.tier_copies = getattr(executor, "host_tier", None) is not None  # hf with offload on
         self.memmap_every = memmap_every
         self._snapshots: list[tuple[float, object, object]] = []
         self.executor = executor
@@ -52,7 +54,8 @@ class Engine:
         self.progress = progress
         self._released: list[Request] = []
         self.max_concurrency = max_concurrency
-        self.scheduler = scheduler_cls(cfg, allocator, need_block_tables=getattr(executor, "needs_block_tables", True))
+        self.scheduler = scheduler_cls(cfg, allocator, need_block_tables=getattr(executor, "needs_block_tables", True),
+                                       swap_space=swap_space)  # None: engine.swap_space_bytes' own pool
 
     def run(self, requests: list[Request]) -> EngineOutput:
         sched = self.scheduler
@@ -110,6 +113,8 @@ class Engine:
             if self.memmap_every and step % self.memmap_every == 0:
                 self._snapshot(now, final_lens)
             schedule_s = time.perf_counter() - t0
+            if self.tier_copies:  # a backend with real K/V: the host tier's copies ride on the batch
+                batch.tier_copies = self.allocator.take_tier_copies()
             result = self.executor.execute(batch)
             if self.load_cost is not None:
                 self._add_load_time(result)

@@ -34,6 +34,7 @@ from kvbench.engine.queue_orders import make_queue_order
 from kvbench.engine.restore import ForkTree, plan_restore
 from kvbench.engine.sample_holds import SampleHolds
 from kvbench.engine.sequence import Group, GroupStatus, Seq
+from kvbench.engine.swap_space import SwapSpace
 from kvbench.engine.victims import make_victim_choice
 
 
@@ -87,6 +88,7 @@ class Scheduler:
         allocator: Allocator,
         *,
         need_block_tables: bool = True,
+        swap_space: SwapSpace | None = None,
     ) -> None:
         self.cfg = cfg
         self.allocator = allocator
@@ -94,7 +96,8 @@ class Scheduler:
         self.waiting: deque[Group] = deque()
         self.running: list[Group] = []
         self.swapped: deque[Group] = deque()
-        self.host_used = 0  # slots held in the host pool
+        # the host pool of swapped-out K/V: its own, or the offload host tier's (kvbench/engine/swap_space.py)
+        self.swap_space = swap_space if swap_space is not None else SwapSpace(cfg.swap_slots)
         self.host_tokens: dict[int, int] = {}  # seq_id -> tokens of K/V held in the host pool
         self.num_preemptions = 0
         self.num_swapped_out_slots = 0
@@ -533,7 +536,7 @@ class Scheduler:
         # Groups of several sequences are swapped even under `recompute`, as vLLM does; either
         # way they come back with their sharing (see _restore).
         swap = self.cfg.preemption == "swap" or len(group.seqs) > 1
-        if swap and self.host_used + held <= self.cfg.swap_slots:
+        if swap and self.swap_space.take(held):
             slots = {seq.seq_id: self._slots_of(seq, 0, seq.num_computed) for seq in group.seqs}
             redirect = self._drop_copies_into({s for group_slots in slots.values() for s in group_slots})
             for seq in group.seqs:
@@ -541,7 +544,6 @@ class Scheduler:
                     self._swap_out.append(SwapOp(seq.seq_id, [redirect.get(s, s) for s in slots[seq.seq_id]]))
                     self.host_tokens[seq.seq_id] = seq.num_computed
                 self.allocator.free(seq.seq_id)
-            self.host_used += held
             self.num_swapped_out_slots += held
             group.status = GroupStatus.SWAPPED
             self.swapped.append(group)  # forks not made yet stay pending: their parents come back
@@ -607,9 +609,14 @@ class Scheduler:
         self._copy_ops = keep
         return redirect
 
+    @property
+    def host_used(self) -> int:
+        """Slots of swapped-out K/V held in the host pool (its own, or the host tier's)."""
+        return self.swap_space.used_slots
+
     def _release_host(self, group: Group) -> None:
         for seq in group.seqs:
-            self.host_used -= self.host_tokens.pop(seq.seq_id, 0)
+            self.swap_space.give(self.host_tokens.pop(seq.seq_id, 0))
 
     # -- admission ---------------------------------------------------------------------------
     def _bring_back(self, group: Group, budget: int, seq_budget: int, host: dict[int, int] | None) -> list[SeqChunk] | None:

@@ -46,6 +46,7 @@ from kvbench.hf.attention import LayerTimer, StepAttention, register, step_atten
 from kvbench.hf.features import check_shapes, check_windows
 from kvbench.hf.probe import probe_layers
 from kvbench.hf.model import DTYPES, build_model
+from kvbench.hf.host_tier import HostTierPool
 from kvbench.hf.pool import KVPool
 from kvbench.hf.sampling import Sampler, SamplingParams
 from kvbench.hf.torch_attention import TorchAttentionPlan
@@ -161,6 +162,7 @@ class HFExecutor:
         self.pool = KVPool(num_layers=geometry.num_layers, num_slots=self.num_slots, block_size=self.block_size,
                            num_kv_heads=geometry.num_kv_heads, head_size=geometry.head_size,
                            v_head_size=geometry.value_head_size, dtype=DTYPES[geometry.dtype], device=self.device)
+        self.host_tier: HostTierPool | None = None  # the offload host tier's real K/V (attach_host_tier)
         self.sampler = Sampler(SamplingParams.from_cfg(backend_cfg), seed=int(seed))
         self.timer = LayerTimer(self.cuda)
 
@@ -176,6 +178,11 @@ class HFExecutor:
             return ()
         return tuple(int(v) for v in (value if hasattr(value, "__iter__") else [value]))
 
+    def attach_host_tier(self, num_chunks: int, chunk_blocks: int) -> None:
+        """Hold the offload host tier's chunks in host memory (pinned with CUDA); the engine passes
+        the tier's copies on each batch (``StepBatch.tier_copies``)."""
+        self.host_tier = HostTierPool(self.pool, num_chunks, chunk_blocks)
+
     # -- one step --------------------------------------------------------------------------------
     def execute(self, batch: StepBatch) -> StepResult:
         t_start = time.perf_counter()
@@ -183,6 +190,10 @@ class HFExecutor:
             raise ValueError(f"batch block_size {batch.block_size} differs from the pool's {self.block_size}")
         timings = dict.fromkeys(("attention_s", "forward_s", "sampling_s", "copy_s", "swap_s"), 0.0)
         with torch.inference_mode():
+            if batch.tier_copies:  # host tier stores and drops: before anything writes a block
+                t = self._now()
+                self.host_tier.apply(batch.tier_copies, "before")
+                timings["swap_s"] += self._now() - t
             if batch.swap_out:
                 t = self._now()
                 for op in batch.swap_out:
@@ -196,6 +207,10 @@ class HFExecutor:
                 t = self._now()
                 for op in batch.swap_in:
                     self.pool.swap_in(op)
+                timings["swap_s"] += self._now() - t
+            if batch.tier_copies:  # host tier loads into the fresh blocks of this step's admissions
+                t = self._now()
+                self.host_tier.apply(batch.tier_copies, "after")
                 timings["swap_s"] += self._now() - t
             next_tokens, extra, top = {}, {}, {}
             if batch.chunks:

@@ -44,6 +44,11 @@ class KVPool:
         self.host: dict[int, list[torch.Tensor]] = {}
 
     @property
+    def slot_parts(self) -> list[tuple[torch.Tensor, int]]:
+        """Each pool tensor viewed slot-major and its slot dimension (what swaps and the host tier move)."""
+        return self._parts
+
+    @property
     def nbytes(self) -> int:
         return sum(t.numel() * t.element_size() for t, _ in self._parts)
 

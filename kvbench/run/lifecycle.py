@@ -14,6 +14,7 @@ from kvbench.config.spec import RunSpec
 from kvbench.engine import Engine, SchedulerConfig
 from kvbench.engine.policies import scheduler_class
 from kvbench.engine.policy_checks import policy_knobs
+from kvbench.engine.swap_space import HostTierSwap
 from kvbench.metrics import parse_goodput, parse_percentiles, serving_metrics
 from kvbench.sim.offload import LoadCost
 from kvbench.results.naming import allocator_label, granularity, hydra_choice
@@ -67,14 +68,15 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None, logger=None, run_id:
                         memmap_every=int(eng.get("memmap_every") or 0),
                         scheduler_cls=scheduler_class(_scheduling(cfg), str(eng.get("batching", "continuous"))),
                         max_concurrency=prep.spec.workload.max_concurrency,
-                        load_cost=LoadCost.from_configs(cfg) if prep.tiers is not None else None)
+                        load_cost=LoadCost.from_configs(cfg) if _sim_tiers(cfg, prep) else None,
+                        swap_space=HostTierSwap(prep.tiers, prep.spec.geometry.bytes_per_slot)
+                        if prep.tiers is not None else None)
         out = engine.run(requests)
     finally:
         if progress:
             progress.close()
     summary = _identity(cfg, prep, run_id) | out.summary | _serving(cfg, out) | _extras(cfg, prep, out)
-    if prep.tiers is not None:  # offload columns only when a tier is on: offload=none runs stay byte-identical
-        summary |= _offload_columns(cfg, prep, engine)
+    summary |= _offload_columns(cfg, prep, engine, out)  # not in the sim identity hashes (tests/sim_identity.py)
     summary["granularity"] = granularity(summary)
     summary["wall_s"] = time.perf_counter() - wall0
     summary |= provenance()
@@ -141,10 +143,23 @@ def _serving(cfg: DictConfig, out) -> dict:
                            goodput=parse_goodput(metrics.get("goodput")))
 
 
-def _offload_columns(cfg: DictConfig, prep: Prepared, engine: Engine) -> dict:
-    """The tiers' settings, hit rates per tier, bytes moved and load seconds on the critical path."""
+def _offload_columns(cfg: DictConfig, prep: Prepared, engine: Engine, out) -> dict:
+    """The tiers' settings, token hit rates per tier (gpu, host, disk) and in total, bytes moved each
+    way, the host tier's bytes per category, load seconds on the critical path: in every summary.
+    Without tiers the sizes are 0, the GPU and total rates the prefix cache's own (null where the
+    allocator hashes no prefixes) and every host or disk figure null."""
     stats = prep.allocator.stats()
     tiers = prep.tiers
+    if tiers is None:
+        gpu_rate = stats.get("prefix_token_hit_rate")
+        return {"offload": str(cfg.offload.name) if cfg.get("offload") is not None else "none",
+                "offload_host_bytes": 0, "offload_disk_bytes": 0, "offload_block_tokens": None,
+                "offload_policy": None, "offload_write": None, "offload_load": None, "offload_link": None,
+                "tier_hit_rate_gpu": gpu_rate, "tier_hit_rate_host": None, "tier_hit_rate_disk": None,
+                "tier_hit_rate_total": gpu_rate, "tier_recompute_tokens_saved": None,
+                **{key: None for key in TIER_BYTE_COLUMNS}, "tier_load_s": None}
+    slot_bytes = prep.spec.geometry.bytes_per_slot
+    host_now = tiers.host_bytes_by_category()
     cols = {key: value for key, value in stats.items() if key.startswith("tier_")}
     return cols | {
         "offload": str(cfg.offload.name),
@@ -154,9 +169,29 @@ def _offload_columns(cfg: DictConfig, prep: Prepared, engine: Engine) -> dict:
         "offload_policy": str(cfg.offload.policy),
         "offload_write": str(cfg.offload.write),
         "offload_load": str(cfg.offload.load),
-        "offload_link": str(cfg.gpu.offload_link),
-        "tier_load_s": engine.load_s,
+        "offload_link": str(cfg.gpu.offload_link) if cfg.gpu.get("offload_link") is not None else None,
+        # swap preemption books its K/V in the host tier (kvbench/engine/swap_space.py)
+        "tier_bytes_swap_out": out.swap_out_slots * slot_bytes,
+        "tier_bytes_swap_in": out.swap_in_slots * slot_bytes,
+        "tier_host_swap_bytes": host_now["swap"],  # at the end of the run, beside tier_host_used_bytes (cached)
+        "tier_host_peak_cached_bytes": tiers.peak_host_bytes["cached"],
+        "tier_host_peak_swap_bytes": tiers.peak_host_bytes["swap"],
+        "tier_host_peak_bytes": tiers.peak_host_bytes["total"],
+        "tier_load_s": engine.load_s if _sim_tiers(cfg, prep) else None,  # hf: measured in swap_s
     }
+
+
+def _sim_tiers(cfg: DictConfig, prep: Prepared) -> bool:
+    """Tiers whose loads the cost model times (on hf the copies run and their wall time is measured)."""
+    return prep.tiers is not None and cfg.backend.name == "sim"
+
+
+# byte counts of the tiers: null in a summary without tiers
+TIER_BYTE_COLUMNS = ("tier_bytes_gpu_to_host", "tier_bytes_host_to_gpu", "tier_bytes_host_to_disk",
+                     "tier_bytes_disk_to_gpu", "tier_bytes_swap_out", "tier_bytes_swap_in",
+                     "tier_host_evictions", "tier_host_used_bytes", "tier_disk_used_bytes", "tier_disk_evictions",
+                     "tier_host_swap_bytes", "tier_host_peak_cached_bytes",
+                     "tier_host_peak_swap_bytes", "tier_host_peak_bytes")
 
 
 def _extras(cfg: DictConfig, prep: Prepared, out) -> dict:

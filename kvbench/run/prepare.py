@@ -148,6 +148,9 @@ def prepare(cfg: DictConfig, spec: RunSpec | None = None) -> Prepared:
                               system_cfg=cfg.get("system"), geometry=spec.geometry)
         if executor.cost is not None:
             gpu_profile = str(cfg.gpu.name)  # the profile that times the steps
+        if tiers is not None:  # the host tier's chunks as real K/V in host memory
+            tiers.track_copies()
+            executor.attach_host_tier(tiers.host.capacity_bytes // tiers.host.chunk_bytes, tiers.chunk_blocks)
     return Prepared(spec, allocator, workload, executor, gpu_profile, tiers)
 
 

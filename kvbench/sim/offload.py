@@ -96,9 +96,9 @@ def check_offload(cfg) -> None:
     if cfg.allocator.get("name") != "paged_prefix":
         raise ConfigError(f"offload needs an allocator that hashes prefixes (paged_prefix); "
                           f"allocator {cfg.allocator.get('name')} cannot")
-    if cfg.backend.name != "sim":
-        raise ConfigError("offload runs on backend=sim only (the hf host pool is not built yet)")
-    if link is None:
+    if cfg.backend.name != "sim" and disk:
+        raise ConfigError("offload.disk_bytes: backend=hf keeps a host tier only (set offload.disk_bytes=0)")
+    if link is None and cfg.backend.name == "sim":
         raise ConfigError(f"gpu.offload_link is missing; it must be one of {', '.join(LINKS)}")
 
 
