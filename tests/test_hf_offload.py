@@ -8,6 +8,7 @@ from omegaconf import OmegaConf
 
 from allocators import build
 from allocators.tiers import TierStack
+from kvbench.config.spec import model_geometry
 from kvbench.engine import Engine, SchedulerConfig
 from kvbench.engine.swap_space import HostTierSwap
 from kvbench.executors.hf import HFExecutor
@@ -37,7 +38,8 @@ def _run(models, requests, block_tokens: int, host_chunks: int, write: str, atte
     alloc.attach_tiers(tiers)
     executor = HFExecutor(model_cfg("tiny-llama"), OmegaConf.create({"attention": attention, "threads": None}),
                           num_slots=NUM_SLOTS, block_size=4, device="cpu", seed=0,
-                          backend_cfg=OmegaConf.create({}), model=models["tiny-llama"])
+                          backend_cfg=OmegaConf.create({}), model=models["tiny-llama"],
+                          geometry=model_geometry(model_cfg("tiny-llama")))
     executor.attach_host_tier(host_chunks, block_tokens // 4)
     swap = HostTierSwap(tiers, slot_bytes=1) if preemption == "swap" else None
     engine = Engine(alloc, executor, SchedulerConfig(max_model_len=MAX_MODEL_LEN, preemption=preemption),
@@ -106,7 +108,8 @@ def test_a_corrupted_host_copy_changes_the_tokens(engine_models, reference):
     alloc.attach_tiers(tiers)
     executor = HFExecutor(model_cfg("tiny-llama"), OmegaConf.create({"attention": "torch", "threads": None}),
                           num_slots=NUM_SLOTS, block_size=4, device="cpu", seed=0,
-                          backend_cfg=OmegaConf.create({}), model=engine_models["tiny-llama"])
+                          backend_cfg=OmegaConf.create({}), model=engine_models["tiny-llama"],
+                          geometry=model_geometry(model_cfg("tiny-llama")))
     executor.attach_host_tier(64, 1)
     stage = executor.host_tier._stage
 

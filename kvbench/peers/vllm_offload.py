@@ -35,7 +35,9 @@ from vllm.v1.kv_offload.cpu.manager import CPUOffloadingManager
 
 from allocators.paged_prefix import ROOT_HASH, PagedPrefixAllocator
 from allocators.tiers import TierStack
+from kvbench.config.errors import CONF_DIR
 from kvbench.requests import Request, later_turns
+from kvbench.workloads import build_workload
 
 POLICIES = ("lru", "arc")  # the policies vLLM 0.33.0 ships
 
@@ -182,9 +184,6 @@ def differential(stream: Sequence[TierRequest], capacity_chunks: int, policy: st
 
 def _stream_from_overrides(overrides: list[str], block_tokens: int) -> list[TierRequest]:
     from hydra import compose, initialize_config_dir  # start-up time: only the command composes
-
-    from kvbench.config.errors import CONF_DIR
-    from kvbench.workloads import build_workload
 
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         cfg = compose(config_name="config", overrides=overrides)
