@@ -116,6 +116,7 @@ class Scheduler:
                                       seed=cfg.seed)
         self.victims = make_victim_choice(cfg.preemption_victim, allocator)
         self.lost_tokens = 0  # computed tokens discarded by preemptions by recompute
+        self._num_exclusive = 0  # groups with ``exclusive`` set, wherever they are (finished ones too)
 
     # -- public ------------------------------------------------------------------------------
     def new_seq_id(self) -> int:
@@ -549,16 +550,21 @@ class Scheduler:
         if group.exclusive and group.alone_oom_at == progress:
             return True
         group.alone_oom_at = progress
-        group.exclusive = True
+        if not group.exclusive:
+            self._num_exclusive += 1
+            group.exclusive = True
         return False
 
     def _exclusive_running(self) -> bool:
         """A group brought back with the pool to itself still runs without a new token."""
+        if not self._num_exclusive:  # no group anywhere is exclusive: nothing to look at
+            return False
         busy = False
         for group in self.running:
             if group.exclusive:
                 if sum(s.num_generated for s in group.seqs) > (group.alone_oom_at or 0):
                     group.exclusive = False
+                    self._num_exclusive -= 1
                 else:
                     busy = True
         return busy
