@@ -65,6 +65,7 @@ class Engine:
         gate = ConcurrencyGate(self.max_concurrency)
         bs = self.allocator.block_size
         bs_minus_1 = bs - 1
+        counts_blocks = self.allocator.block_counts() is not None  # fixed by the allocator and model
         in_flight = lambda: len(sched.waiting) + len(sched.running) + len(sched.swapped)  # noqa: E731
         while next_arrival < len(pending) or sched.has_work():
             while (gate.has_room(in_flight(), now)  # first: the gate sees every step boundary
@@ -97,20 +98,32 @@ class Engine:
             final_lens: dict[int, int] = {}
             logical = 0  # slots the live sequences would hold without sharing
             seq_blocks = 0  # blocks holding a computed token, per sequence (no sharing)
-            for g in sched.running:
-                seqs = g.seqs
-                if len(seqs) == 1:
-                    s = seqs[0]
-                    final_lens[s.seq_id] = g.kv_final_len
-                    computed = s.num_computed
-                    logical += computed
-                    seq_blocks += (computed + bs_minus_1) // bs
-                    continue
-                for s in seqs:
-                    final_lens[s.seq_id] = g.kv_final_len
-                    computed = s.num_computed
-                    logical += computed
-                    seq_blocks += (computed + bs_minus_1) // bs
+            if counts_blocks:
+                for g in sched.running:
+                    seqs = g.seqs
+                    if len(seqs) == 1:
+                        s = seqs[0]
+                        final_lens[s.seq_id] = g.kv_final_len
+                        computed = s.num_computed
+                        logical += computed
+                        seq_blocks += (computed + bs_minus_1) // bs
+                        continue
+                    for s in seqs:
+                        final_lens[s.seq_id] = g.kv_final_len
+                        computed = s.num_computed
+                        logical += computed
+                        seq_blocks += (computed + bs_minus_1) // bs
+            else:  # no block counts to record (contiguous allocators): the same pass less the blocks
+                for g in sched.running:
+                    seqs = g.seqs
+                    if len(seqs) == 1:
+                        s = seqs[0]
+                        final_lens[s.seq_id] = g.kv_final_len
+                        logical += s.num_computed
+                        continue
+                    for s in seqs:
+                        final_lens[s.seq_id] = g.kv_final_len
+                        logical += s.num_computed
             final_lens.update(sched.sample_holds.final_lens())
             usage = self.allocator.usage(final_lens)
             if self.memmap_every and step % self.memmap_every == 0:
