@@ -363,7 +363,7 @@ class PagedAllocator(Allocator):
     def block_counts(self) -> tuple[int, int] | None:
         """Every block with a reference belongs to a live sequence's table (cached free blocks of
         a prefix cache sit in the free queue), so the distinct count is the used-block count."""
-        return sum(len(seq.table) for seq in self._seqs.values()), self._used_blocks()
+        return sum([len(seq.table) for seq in self._seqs.values()]), self._used_blocks()
 
     def stats(self) -> dict[str, float | int | None]:
         """``logical_slots``: sum of num_tokens over live sequences (no sharing);

@@ -333,8 +333,11 @@ class PagedPrefixAllocator(PagedAllocator):
             end = seq.num_tokens = t + 1
             if seq.hashable:  # _note_ids
                 known = seq.token_ids
-                if end > len(known):
-                    known.extend(token_ids[len(known) - end:])
+                held = len(known)
+                if end == held + 1:  # the usual case: the one new id is unknown yet
+                    known.append(token_ids[0])
+                elif end > held:
+                    known.extend(token_ids[held - end:])
                 if end >> shift > len(seq.hashes):
                     uncommitted.add(seq_id)
             out.append([(block << shift) | (t & mask)])

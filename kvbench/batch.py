@@ -5,13 +5,16 @@ The executor sees block tables and slot mappings, never an allocator object.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from allocators.base import CopyOp
 
 
-@dataclass(slots=True)
-class SeqChunk:
-    """The new tokens of one sequence in this step (a prefill chunk or one decode token)."""
+class SeqChunk(NamedTuple):
+    """The new tokens of one sequence in this step (a prefill chunk or one decode token).
+
+    A named tuple, immutable: the decode fast path builds one per sequence per step, and
+    ``tuple.__new__(SeqChunk, fields)`` costs a fraction of a class's ``__init__``."""
 
     seq_id: int
     token_ids: list[int]  # the tokens whose K/V this step computes

@@ -300,8 +300,7 @@ def test_next_tokens_and_top_logprobs_shape():
 def test_parallel_sampling_returns_extra_tokens_and_costs_draws(opt13b, a100):
     ex = SimExecutor(opt13b, a100, seed=5, geometry=model_geometry(opt13b))
     assert ex.needs_block_tables is False  # the scheduler may skip building block tables
-    chunk = prefill_chunk(0, 20, 16)
-    chunk.num_samples = 4
+    chunk = prefill_chunk(0, 20, 16)._replace(num_samples=4)
     r = ex.execute(StepBatch([chunk, prefill_chunk(1, 20, 16)], 16))
     assert set(r.next_tokens) == {0, 1} and set(r.extra_tokens) == {0}
     assert len(r.extra_tokens[0]) == 3 and all(0 <= t < opt13b.vocab_size for t in r.extra_tokens[0])

@@ -67,6 +67,9 @@ class Engine:
         step = 0
         finished = 0
         gate = ConcurrencyGate(self.max_concurrency)
+        bs = self.allocator.block_size
+        bs_minus_1 = bs - 1
+        counts_blocks = self.allocator.block_counts() is not None  # fixed by the allocator and model
         in_flight = lambda: len(sched.waiting) + len(sched.running) + len(sched.swapped)  # noqa: E731
         while next_arrival < len(pending) or sched.has_work():
             while (gate.has_room(in_flight(), now)  # first: the gate sees every step boundary
@@ -98,16 +101,33 @@ class Engine:
                 continue
             final_lens: dict[int, int] = {}
             logical = 0  # slots the live sequences would hold without sharing
-            for g in sched.running:
-                seqs = g.seqs
-                if len(seqs) == 1:
-                    s = seqs[0]
-                    final_lens[s.seq_id] = g.kv_final_len
-                    logical += s.num_computed
-                    continue
-                for s in seqs:
-                    final_lens[s.seq_id] = g.kv_final_len
-                    logical += s.num_computed
+            seq_blocks = 0  # blocks holding a computed token, per sequence (no sharing)
+            if counts_blocks:
+                for g in sched.running:
+                    seqs = g.seqs
+                    if len(seqs) == 1:
+                        s = seqs[0]
+                        final_lens[s.seq_id] = g.kv_final_len
+                        computed = s.num_computed
+                        logical += computed
+                        seq_blocks += (computed + bs_minus_1) // bs
+                        continue
+                    for s in seqs:
+                        final_lens[s.seq_id] = g.kv_final_len
+                        computed = s.num_computed
+                        logical += computed
+                        seq_blocks += (computed + bs_minus_1) // bs
+            else:  # no block counts to record (contiguous allocators): the same pass less the blocks
+                for g in sched.running:
+                    seqs = g.seqs
+                    if len(seqs) == 1:
+                        s = seqs[0]
+                        final_lens[s.seq_id] = g.kv_final_len
+                        logical += s.num_computed
+                        continue
+                    for s in seqs:
+                        final_lens[s.seq_id] = g.kv_final_len
+                        logical += s.num_computed
             final_lens.update(sched.sample_holds.final_lens())
             usage = self.allocator.usage(final_lens)
             if self.memmap_every and step % self.memmap_every == 0:
@@ -123,12 +143,13 @@ class Engine:
             now += result.duration_s
             t1 = time.perf_counter()
             finished += self._process(result, now)
+            seq_blocks -= self._blocks_left  # of the sequences _process freed: the count is over those still running
             for request in self._released:  # next turns of finished conversations, in arrival order
                 bisect.insort(pending, request, lo=next_arrival, key=lambda r: (r.arrival_s, r.request_id))
             self._released.clear()
             schedule_s += time.perf_counter() - t1
             recorder.step(index=step, start_s=start, batch=batch, result=result, usage=usage,
-                          logical_slots=logical, blocks=self._computed_blocks(sched.running), num_running=len(sched.running),
+                          logical_slots=logical, blocks=self._computed_blocks(seq_blocks), num_running=len(sched.running),
                           num_waiting=len(sched.waiting), num_swapped=len(sched.swapped),
                           num_preemptions=sched.num_preemptions, schedule_s=schedule_s,
                           running_requests=running_requests)
@@ -152,17 +173,16 @@ class Engine:
         return EngineOutput(summary, steps, reqs, outputs, sched.num_swapped_out_slots,
                             sched.num_swapped_in_slots, memmap)
 
-    def _computed_blocks(self, running) -> tuple[int, int] | None:
+    def _computed_blocks(self, per_sequence: int) -> tuple[int, int] | None:
         """The paper's block counts over computed tokens: ``(per_sequence, distinct)`` blocks
-        holding at least one computed token, per table and once. The allocator counts its tables'
-        blocks, which also hold the blocks just taken for this step's new tokens; those are fresh
-        and private (a fork shares only computed blocks), so they leave both counts alike:
+        holding at least one computed token, per table and once (``per_sequence``: summed over the
+        running sequences by the caller). The allocator counts its tables' blocks, which also hold
+        the blocks just taken for this step's new tokens; those are fresh and private (a fork
+        shares only computed blocks), so they leave both counts alike:
         distinct = per_sequence - (allocated per table - allocated distinct)."""
         counts = self.allocator.block_counts()
         if counts is None:
             return None
-        bs = self.allocator.block_size
-        per_sequence = sum(-(-s.num_computed // bs) for g in running for s in g.seqs)
         return per_sequence, per_sequence - (counts[0] - counts[1])
 
     def _add_load_time(self, result: StepResult) -> None:
@@ -211,9 +231,12 @@ class Engine:
         return Group(request, [Seq(self.scheduler.new_seq_id(), list(request.prompt_ids))])
 
     def _process(self, result: StepResult, now: float) -> int:
-        """Append sampled tokens, fork samples and beams, finish groups; returns groups finished."""
+        """Append sampled tokens, fork samples and beams, finish groups; returns groups finished.
+        Sets ``_blocks_left``: the computed blocks (per sequence) of the sequences it freed."""
         sched = self.scheduler
         finished = 0
+        bs = self.allocator.block_size
+        blocks_left = 0
         next_tokens, stop_ids = result.next_tokens, self.cfg.stop_token_ids
         forks = sched.pending_forks  # has_pending_forks(group) is bool(forks.get(group.request_id))
         for group in sched.sampled_groups:  # in the order of their first sampling chunk
@@ -235,7 +258,9 @@ class Engine:
                 if seq.stopped or generated >= group.output_len:
                     self._finish(group, seq.tokens, now)
                     finished += 1
+                    blocks_left += (seq.num_computed + bs - 1) // bs
                 continue
+            before = sum((s.num_computed + bs - 1) // bs for s in seqs)
             if group.is_beam:
                 self._beam_step(group, result)
             else:
@@ -249,6 +274,9 @@ class Engine:
             if not forking and group.done:
                 self._finish(group, max(group.seqs, key=lambda s: s.cum_logprob).tokens, now)
                 finished += 1
+            after = sum((s.num_computed + bs - 1) // bs for s in group.seqs) if group.status is GroupStatus.RUNNING else 0
+            blocks_left += before - after
+        self._blocks_left = blocks_left
         return finished
 
     def _finish(self, group: Group, best_tokens: list[int], now: float) -> None:

@@ -48,7 +48,7 @@ class PromptFirstScheduler(Scheduler):
     def schedule(self) -> StepBatch:
         if self.waiting and not self.swapped:
             running, self.running = self.running, []
-            self._held_aside = sum(len(group.seqs) for group in running)
+            self._held_aside = sum([len(group.seqs) for group in running])
             try:
                 batch = super().schedule()  # nothing running: only admissions of waiting prompts
             finally:

@@ -6,7 +6,6 @@ The serving latency and throughput statistics (vLLM's names and definitions) com
 from __future__ import annotations
 
 import math
-from collections import defaultdict
 
 import numpy as np
 import pandas as pd
@@ -24,11 +23,21 @@ GROUP_MEM_KEYS = tuple(f"mem_{kind}{part}_frac" for kind in KINDS for part in ("
 TIMING_KEYS = ("attention_s", "forward_s", "sampling_s", "copy_s", "swap_s", "schedule_s")
 
 
+STEP_COLUMNS = (
+    "step", "time_s", "step_s", "batch_size", "num_seqs", "num_tokens", "num_prefill_tokens",
+    "num_running", "num_waiting", "num_swapped", "num_preemptions", *MEM_KEYS, "mem_cached_frac",
+    "logical_slots", "token_slots", "logical_blocks", "physical_blocks", "copy_slots",
+    *TIMING_KEYS[:-1], "schedule_s", "running_requests",
+)
+
+
 class Recorder:
-    """Columnar step log (one append per column per step keeps the hot loop cheap)."""
+    """Step log: one tuple of the ``STEP_COLUMNS`` per step (one append keeps the hot loop
+    cheap), turned into columns once at the end."""
 
     def __init__(self) -> None:
-        self.steps: dict[str, list] = defaultdict(list)
+        self._rows: list[tuple] = []
+        self._groups: list[tuple] = []  # mixed models only: each step's (kind, held, needed) per group
 
     def step(
         self,
@@ -47,47 +56,47 @@ class Recorder:
         schedule_s: float,
         running_requests: int | None = None,
     ) -> None:
-        col = self.steps
         chunks = batch.chunks
-        col["step"].append(index)
-        col["time_s"].append(start_s)
-        col["step_s"].append(result.duration_s)
         counts = batch.counts
         if counts is None:
             counts = BatchCounts()
             counts.add(chunks, batch.block_size)
             counts.num_requests = len({c.request_id for c in chunks})
-        col["batch_size"].append(counts.num_requests)
-        col["num_seqs"].append(len(chunks))
-        col["num_tokens"].append(counts.num_tokens)
-        col["num_prefill_tokens"].append(counts.prefill_tokens)
-        col["num_running"].append(num_running)
-        col["num_waiting"].append(num_waiting)
-        col["num_swapped"].append(num_swapped)
-        col["num_preemptions"].append(num_preemptions)
         total = usage.total
-        col["mem_token_frac"].append(usage.token / total)
-        col["mem_reserved_frac"].append(usage.reserved / total)
-        col["mem_internal_frac"].append(usage.internal / total)
-        col["mem_external_frac"].append(usage.external / total)
-        col["mem_cached_frac"].append(math.nan if usage.cached is None else usage.cached / total)
-        col["logical_slots"].append(logical_slots)
-        col["token_slots"].append(usage.token if usage.token_slots is None else usage.token_slots)
-        if usage.groups is not None:  # mixed models only: no new columns for the others
-            for kind, held, needed in usage.groups:
-                col[f"mem_{kind}_frac"].append(held)
-                col[f"mem_{kind}_needed_frac"].append(needed)
-        col["logical_blocks"].append(blocks[0] if blocks else math.nan)  # NaN: no shareable blocks
-        col["physical_blocks"].append(blocks[1] if blocks else math.nan)
-        col["copy_slots"].append(sum(op.length for op in batch.copy_ops))
         timings = result.timings
-        for key in TIMING_KEYS[:-1]:
-            col[key].append(timings.get(key, math.nan))
-        col["schedule_s"].append(schedule_s)
-        col["running_requests"].append(num_running if running_requests is None else running_requests)
+        nan = math.nan
+        if usage.groups is not None:  # mixed models only: no new columns for the others
+            self._groups.append(tuple(usage.groups))
+        self._rows.append((
+            index, start_s, result.duration_s, counts.num_requests, len(chunks), counts.num_tokens,
+            counts.prefill_tokens, num_running, num_waiting, num_swapped, num_preemptions,
+            usage.token / total, usage.reserved / total, usage.internal / total, usage.external / total,
+            nan if usage.cached is None else usage.cached / total,
+            logical_slots,
+            usage.token if usage.token_slots is None else usage.token_slots,
+            blocks[0] if blocks else nan,  # NaN: no shareable blocks
+            blocks[1] if blocks else nan,
+            sum(op.length for op in batch.copy_ops) if batch.copy_ops else 0,
+            timings.get("attention_s", nan), timings.get("forward_s", nan), timings.get("sampling_s", nan),
+            timings.get("copy_s", nan), timings.get("swap_s", nan),
+            schedule_s,
+            num_running if running_requests is None else running_requests,
+        ))
 
     def steps_frame(self) -> pd.DataFrame:
-        return pd.DataFrame(self.steps)
+        if not self._rows:
+            return pd.DataFrame({})
+        columns = {name: list(column) for name, column in zip(STEP_COLUMNS, zip(*self._rows))}
+        if self._groups:  # the per-group columns sit after token_slots, as a step's usage lists them
+            group_columns: dict[str, list[float]] = {}
+            for step_groups in self._groups:
+                for kind, held, needed in step_groups:
+                    group_columns.setdefault(f"mem_{kind}_frac", []).append(held)
+                    group_columns.setdefault(f"mem_{kind}_needed_frac", []).append(needed)
+            at = STEP_COLUMNS.index("token_slots") + 1
+            names = [*STEP_COLUMNS[:at], *group_columns, *STEP_COLUMNS[at:]]
+            columns = {name: columns[name] if name in columns else group_columns[name] for name in names}
+        return pd.DataFrame(columns)
 
 
 def group_memory(steps: pd.DataFrame, weights: np.ndarray | None) -> dict[str, float | None]:

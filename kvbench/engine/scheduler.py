@@ -77,6 +77,10 @@ def beam_limit_error(beam_width: int, max_num_seqs: int, max_num_batched_tokens:
     return None
 
 
+new_chunk = tuple.__new__  # SeqChunk from its ten fields in order, without the named tuple's __new__
+NO_TABLE: list[int] = []  # the block table of a chunk for an executor that reads none (never written)
+
+
 class _OutOfMemory(Exception):
     pass
 
@@ -116,6 +120,7 @@ class Scheduler:
                                       seed=cfg.seed)
         self.victims = make_victim_choice(cfg.preemption_victim, allocator)
         self.lost_tokens = 0  # computed tokens discarded by preemptions by recompute
+        self._num_exclusive = 0  # groups with ``exclusive`` set, wherever they are (finished ones too)
 
     # -- public ------------------------------------------------------------------------------
     def new_seq_id(self) -> int:
@@ -171,24 +176,25 @@ class Scheduler:
         plain_undone = 0  # fast-path groups preempted later in the step (their chunks taken back)
         i = 0
         while i < len(running):
-            run = self._plain_run(i, min(budget, seq_budget))
+            run, seqs, grows = self._plain_run(i, min(budget, seq_budget))
             if run:  # the decode fast path: grown in one call, the rules of _chunks_for for this case
-                seqs = [group.seqs[0] for group in run]
-                grows = [(seq.seq_id, seq.tokens[-1:]) for seq in seqs]
                 grown = allocator.grow_many(grows)
                 add_chunk, block_table = chunks.append, allocator.block_table
                 for group, seq, (seq_id, new_tokens), slots in zip(run, seqs, grows, grown):
                     start = seq.num_computed
                     end = seq.num_computed = start + 1
-                    request = group.request
-                    draws = request.n if (request.n > 1 and not group.forked) else 1
-                    add_chunk(SeqChunk(
-                        seq_id, new_tokens, start, block_table(seq_id) if tables else [],
-                        slots, True, 0, draws, group.request_id, seq.sample_index))
+                    if group.forked:
+                        draws = 1
+                    else:
+                        n = group.request.n
+                        draws = n if n > 1 else 1
+                    add_chunk(new_chunk(SeqChunk, (
+                        seq_id, new_tokens, start, block_table(seq_id) if tables else NO_TABLE,
+                        slots, True, 0, draws, group.request_id, seq.sample_index)))
                     # BatchCounts.add of this one sampling token, term by term (added after the loop)
                     plain_draws += draws
                     plain_pairs += end
-                    plain_blocks += -(-end // bs)
+                    plain_blocks += (end + bs - 1) // bs
                 done = len(grown)
                 sampled.extend(run[:done])
                 plain_seqs += done
@@ -301,23 +307,29 @@ class Scheduler:
             counts=counts,
         )
 
-    def _plain_run(self, start: int, limit: int) -> list[Group]:
+    def _plain_run(self, start: int, limit: int) -> tuple[list[Group], list[Seq], list[tuple[int, list[int]]]]:
         """The running groups from index ``start`` on, at most ``limit``, in plain decode: one
-        sequence with one token left to compute, not finished, no fork to make, not a beam."""
+        sequence with one token left to compute, not finished, no fork to make, not a beam; with
+        their sequences and the grows they ask of the allocator ``(seq_id, [last token])``."""
         run: list[Group] = []
+        seqs_of: list[Seq] = []
+        grows: list[tuple[int, list[int]]] = []
         if limit <= 0:  # a negative stop would slice from the end
-            return run
-        append = run.append
+            return run, seqs_of, grows
+        append, add_seq, add_grow = run.append, seqs_of.append, grows.append
         running, pending_forks = self.running, self._pending_forks
         for group in running[start:start + limit]:
             seqs = group.seqs
             if len(seqs) != 1 or group.is_beam or (pending_forks and group.request_id in pending_forks):
                 break
             seq = seqs[0]
-            if len(seq.tokens) - seq.num_computed != 1 or seq.stopped or seq.num_generated >= group.output_len:
+            tokens = seq.tokens
+            if len(tokens) - seq.num_computed != 1 or seq.stopped or seq.num_generated >= group.output_len:
                 break
             append(group)
-        return run
+            add_seq(seq)
+            add_grow((seq.seq_id, tokens[-1:]))
+        return run, seqs_of, grows
 
     def _count(self, group: Group, group_chunks: list[SeqChunk], counts: BatchCounts) -> None:
         """A group's chunks join the batch: add them to the step's sums."""
@@ -573,16 +585,21 @@ class Scheduler:
         if group.exclusive and group.alone_oom_at == progress:
             return True
         group.alone_oom_at = progress
-        group.exclusive = True
+        if not group.exclusive:
+            self._num_exclusive += 1
+            group.exclusive = True
         return False
 
     def _exclusive_running(self) -> bool:
         """A group brought back with the pool to itself still runs without a new token."""
+        if not self._num_exclusive:  # no group anywhere is exclusive: nothing to look at
+            return False
         busy = False
         for group in self.running:
             if group.exclusive:
                 if sum(s.num_generated for s in group.seqs) > (group.alone_oom_at or 0):
                     group.exclusive = False
+                    self._num_exclusive -= 1
                 else:
                     busy = True
         return busy
