@@ -46,6 +46,7 @@ class Recorder:
         num_preemptions: int,
         schedule_s: float,
         running_requests: int | None = None,
+        tiers: dict[str, int] | None = None,
     ) -> None:
         col = self.steps
         chunks = batch.chunks
@@ -85,6 +86,9 @@ class Recorder:
             col[key].append(timings.get(key, math.nan))
         col["schedule_s"].append(schedule_s)
         col["running_requests"].append(num_running if running_requests is None else running_requests)
+        if tiers is not None:  # offload tiers on only: bytes held after the step, moved in it
+            for key, value in tiers.items():
+                col[key].append(value)
 
     def steps_frame(self) -> pd.DataFrame:
         return pd.DataFrame(self.steps)
