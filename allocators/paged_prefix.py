@@ -35,6 +35,8 @@ then the disk tier, until a chunk is in neither or ends past ``prompt[:-1]``. A 
 there is loaded, not recomputed: its missing blocks take fresh GPU blocks, are hashed at once
 and count in ``num_cached_tokens``. Write-through stores each chunk the GPU completes; write-back
 stores a chunk when the GPU evicts its last block while the chunk's other blocks are cached.
+The chunks one commit completes for a sequence, and those one admit loads, reach the tiers in
+their ``store_order`` (head first, or tail first).
 
 Usage: cached free blocks are not allocated; they are their own category
 (``MemoryUsage.cached``), external in the paper's four-way view.
@@ -276,9 +278,7 @@ class PagedPrefixAllocator(PagedAllocator):
                 self._block_hash[block] = h
                 self._block_key[block] = key
                 self._block_pos[block] = i
-        for (chunk, where), blocks in counts.items():
-            tiers.load(chunk, where, len(blocks), tuple(blocks))
-            tiers.computed(chunk)
+        tiers.load_many([(chunk, where, tuple(blocks)) for (chunk, where), blocks in counts.items()])
 
     _tracks_ids = True
 
@@ -374,6 +374,8 @@ class PagedPrefixAllocator(PagedAllocator):
         hash is new."""
         bs = self.block_size
         hashes, known = seq.hashes, seq.token_ids
+        tiers = self._tiers
+        stores: list[tuple[int, tuple[int, ...]]] = []  # chunks completed now, for the tiers
         for i in range(len(hashes), min(seq.num_tokens, len(known)) >> self._shift):
             key = (hashes[-1] if hashes else ROOT_HASH, tuple(known[i * bs : (i + 1) * bs]))
             h = self._hash_block(*key)
@@ -384,8 +386,10 @@ class PagedPrefixAllocator(PagedAllocator):
                 self._block_hash[block] = h
                 self._block_key[block] = key
                 self._block_pos[block] = i
-            if self._tiers is not None and not (i + 1) % self._tiers.chunk_blocks:
-                self._tiers.computed(h, tuple(seq.table[i + 1 - self._tiers.chunk_blocks:i + 1]))
+            if tiers is not None and not (i + 1) % tiers.chunk_blocks:
+                stores.append((h, tuple(seq.table[i + 1 - tiers.chunk_blocks:i + 1])))
+        if stores:
+            tiers.store_many(stores)
 
     def _child_of(self, parent: _PagedSeq) -> _PagedSeq:
         assert isinstance(parent, _PrefixSeq)

@@ -19,9 +19,15 @@ preempted sequence's K/V there, evicting cached chunks (which go to disk under w
 make room; pinned bytes are never evicted and leave with ``unpin_swap``. The host tier's bytes
 are then ``cached`` (chunks) plus ``swap`` (pinned), within its capacity.
 
+Store order (``store_order``): the chunks one sequence stores (or loads) at once reach the
+tiers in prefix order (``head_first``: under LRU a prefix's head is the older, evicted first) or
+reversed (``tail_first``: its tail goes first and its head, which every later hit needs, stays;
+vLLM's offloading manager ranks a request's chunks so). ``store_many`` and ``load_many`` apply it.
+
 Counters: tokens served per tier, bytes moved per direction, transfers, the host tier's bytes
 per category (now and at peak); ``take_loads()`` drains the loads since the last call (the
-engine times them per step).
+engine times them per step); ``step_row()`` gives the bytes held per tier and category now and
+the bytes moved since its last call (the engine's per-step columns).
 """
 from __future__ import annotations
 
@@ -31,6 +37,7 @@ from allocators.cache_policy import CachePolicy, make_policy
 
 WRITE_MODES = ("through", "back")
 LOAD_MODES = ("blocking", "overlap")
+STORE_ORDERS = ("head_first", "tail_first")
 
 
 @dataclass(slots=True)
@@ -125,11 +132,15 @@ class TierStack:
 
     def __init__(self, *, slot_bytes: int, gpu_block_tokens: int, block_tokens: int, host_bytes: int,
                  disk_bytes: int = 0, host_policy: str = "lru", disk_policy: str = "lru",
-                 write: str = "through", debug: bool = False) -> None:
+                 write: str = "through", store_order: str = "head_first", debug: bool = False) -> None:
         if block_tokens % gpu_block_tokens:
             raise ValueError(f"block_tokens={block_tokens} is not a multiple of the GPU block ({gpu_block_tokens})")
         if write not in WRITE_MODES:
             raise ValueError(f"write must be one of {', '.join(WRITE_MODES)}, got {write!r}")
+        if store_order not in STORE_ORDERS:
+            raise ValueError(f"store_order must be one of {', '.join(STORE_ORDERS)}, got {store_order!r}")
+        self.tail_first = store_order == "tail_first"
+        self.slot_bytes = slot_bytes
         self.chunk_blocks = block_tokens // gpu_block_tokens
         self.chunk_tokens = block_tokens
         self.block_bytes = slot_bytes * gpu_block_tokens
@@ -144,6 +155,7 @@ class TierStack:
         self.hit_tokens = {"host": 0, "disk": 0}
         self.bytes_moved = {"gpu_to_host": 0, "host_to_gpu": 0, "host_to_disk": 0, "disk_to_gpu": 0}
         self.peak_host_bytes = {"cached": 0, "swap": 0, "total": 0}
+        self._moved_seen = dict(self.bytes_moved)  # bytes_moved at the last step_row()
         self.copies: list[TierCopy] | None = None  # listed for a backend that moves real K/V
 
     def track_copies(self) -> None:
@@ -184,6 +196,13 @@ class TierStack:
             self.bytes_moved["disk_to_gpu"] += nbytes
         self.hit_tokens[tier] += blocks * (self.chunk_tokens // self.chunk_blocks)
 
+    def load_many(self, loads: list[tuple[int, str, tuple[int, ...]]]) -> None:
+        """One admission's chunks found in the tiers, (chunk key, tier, GPU blocks) in prefix
+        order: each loaded, then accessed as computed, in the store order."""
+        for key, tier, gpu_blocks in (reversed(loads) if self.tail_first else loads):
+            self.load(key, tier, len(gpu_blocks), gpu_blocks)
+            self.computed(key)
+
     def take_loads(self) -> Loads:
         loads, self.loads = self.loads, Loads()
         return loads
@@ -197,6 +216,11 @@ class TierStack:
                 self._store_disk(key)
         if self.debug:
             self.check_invariants()
+
+    def store_many(self, chunks: list[tuple[int, tuple[int, ...]]]) -> None:
+        """Chunks one sequence completed at once, (key, GPU blocks) in prefix order, in the store order."""
+        for key, gpu_blocks in (reversed(chunks) if self.tail_first else chunks):
+            self.computed(key, gpu_blocks)
 
     def gpu_evicted(self, key: int, gpu_blocks: tuple[int, ...] = ()) -> None:
         """The GPU evicted chunk ``key`` (all its blocks, ``gpu_blocks``, were still cached): write-back stores it."""
@@ -251,6 +275,19 @@ class TierStack:
         host = self.host
         return {"cached": host.used_bytes, "swap": host.pinned_bytes,
                 "free": host.capacity_bytes - host.used_bytes - host.pinned_bytes}
+
+    def step_row(self) -> dict[str, int]:
+        """Bytes held now (host: cached chunks and swapped-out K/V; disk: cached chunks) and the
+        bytes moved each way since the last call (per-step columns; they sum to the summary's)."""
+        moved, seen = self.bytes_moved, self._moved_seen
+        row = {"tier_host_cached_bytes": self.host.used_bytes, "tier_host_swap_bytes": self.host.pinned_bytes}
+        if self.disk is not None:
+            row["tier_disk_cached_bytes"] = self.disk.used_bytes
+        for direction, total in moved.items():
+            if self.disk is not None or "disk" not in direction:
+                row[f"tier_bytes_{direction}"] = total - seen[direction]
+        self._moved_seen = dict(moved)
+        return row
 
     def _note_peak(self) -> None:
         peak, host = self.peak_host_bytes, self.host

@@ -6,6 +6,7 @@ H100-80GB, ``paged_prefix`` at block size 16: the GPU alone (``offload=none``), 
 Prints one row per run (total token hit rate, per tier, the ceiling) and writes them as JSON:
 
     PYTHONPATH=. python scripts/offload_ceiling.py [--duration 300] [--out results/offload_ceiling.json]
+        [--policies] [--store-order head_first|tail_first]
 """
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ POLICY_CASES: dict[str, list[str]] = {
     f"host-2x-{p}": ["offload=host", "offload.host_gpu_multiple=2.0", f"offload.policy={p}"]
     for p in ("lru", "arc", "lfu", "slru")
 }
-COLUMNS = ("prefix_token_hit_rate", "tier_hit_rate_gpu", "tier_hit_rate_host", "tier_hit_rate_disk",
+COLUMNS = ("offload_store_order", "prefix_token_hit_rate", "tier_hit_rate_gpu", "tier_hit_rate_host", "tier_hit_rate_disk",
            "tier_hit_rate_total", "trace_reuse_ceiling", "tier_load_s", "tier_recompute_tokens_saved",
            "num_finished", "num_refused_overlong", "num_preemptions", "mean_ttft_s", "p99_ttft_s", "request_throughput")
 
@@ -53,6 +54,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="replayed gap = trace gap x this (> 1: the same requests, less load)")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--policies", action="store_true", help="the host-2x tier under each eviction policy instead")
+    parser.add_argument("--store-order", choices=("head_first", "tail_first"), default="head_first",
+                        help="offload.store_order of every run with a tier")
     args = parser.parse_args(argv)
     only = {n for n in args.only.split(",") if n}
     rows = []
@@ -60,7 +63,8 @@ def main(argv: list[str] | None = None) -> int:
         for name, overrides in (POLICY_CASES if args.policies else CASES).items():
             if only and name not in only:
                 continue
-            row = run_case(name, [*overrides, f"workload.time_scale={args.time_scale}"], args.duration, Path(tmp))
+            order = [f"offload.store_order={args.store_order}"] if overrides != ["offload=none"] else []
+            row = run_case(name, [*overrides, *order, f"workload.time_scale={args.time_scale}"], args.duration, Path(tmp))
             rows.append(row)
             total = row["tier_hit_rate_total"] if row["tier_hit_rate_total"] is not None else row["prefix_token_hit_rate"]
             print(f"{name:20s} total hit {total:.4f}  ceiling {row['trace_reuse_ceiling']:.4f}  "

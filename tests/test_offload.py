@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from allocators import PagedPrefixAllocator
+from allocators.paged_prefix import ROOT_HASH
 from allocators.tiers import Loads, TierStack
 from kvbench.run.precheck import precheck
 from kvbench.sim.offload import LINKS, LoadCost
@@ -154,6 +155,29 @@ def test_gpu_then_host_then_disk_and_chunks_of_two_blocks():
     assert a.stats()["tier_hit_rate_disk"] == 8 / 31
 
 
+@pytest.mark.parametrize("order,kept,hit", [("head_first", {3, 4}, 0), ("tail_first", {1, 2}, 8)])
+def test_store_order_decides_which_end_of_a_prefix_a_full_tier_keeps(order, kept, hit):
+    """Four chunks stored at once into a two-chunk host tier: head first keeps the tail, which no
+    lookup can reach once the head is gone; tail first keeps the head, and the prefix hits."""
+    t = TierStack(slot_bytes=1, gpu_block_tokens=4, block_tokens=4, host_bytes=8, store_order=order, debug=True)
+    a = gpu_with(t)
+    assert run(a, 0, B) == 0  # one commit completes B's four blocks
+    keys, parent = [], ROOT_HASH
+    for i in range(4):
+        parent = PagedPrefixAllocator._hash_block(parent, tuple(B[4 * i:4 * i + 4]))
+        keys.append(parent)
+    held = set(t.host.held)
+    assert held == {keys[i - 1] for i in kept} and t.host.evictions == 2
+    E = list(range(200, 216))
+    assert a.admit(1, E, 64).ok  # grown, never committed: evicts B's GPU blocks, stores nothing
+    a.grow(1, 16, E)
+    a.free(1)
+    assert set(t.host.held) == held
+    assert run(a, 2, B) == hit
+    if hit:
+        assert a.take_tier_loads().host_transfers == 2
+
+
 # -- the cost of a load ---------------------------------------------------------------------------
 def test_overlap_hides_a_load_behind_compute_up_to_the_compute_time_and_blocking_adds_it():
     cost = dict(h2d_rate=1e9, link_latency_s=1e-3, disk_rate=0.5e9, disk_latency_s=1e-2, gpu_count=1)
@@ -188,6 +212,7 @@ PP = "allocator=paged_prefix"
     ([PP, "offload=host_disk", "offload.disk_policy=mru"], "offload.disk_policy must be one of"),
     ([PP, "offload=host", "offload.write=around"], "offload.write must be one of through, back"),
     ([PP, "offload=host", "offload.load=lazy"], "offload.load must be one of blocking, overlap"),
+    ([PP, "offload=host", "offload.store_order=middle"], "offload.store_order must be one of head_first, tail_first"),
     ([PP, "offload=host_disk", "offload.host_gpu_multiple=0"], "offload.disk_bytes: a disk tier needs a host tier"),
     (["allocator=radix", "offload=host"], "offload needs an allocator that hashes prefixes (paged_prefix)"),
     (["allocator=paged", "offload=host"], "allocator paged cannot"),
@@ -206,6 +231,7 @@ def test_bad_offload_settings_are_one_line_naming_the_setting(args, needle, tmp_
 def test_good_offload_settings_pass_the_precheck(tmp_path):
     for args in ([PP, "offload=host"], [PP, "offload=host_disk", "offload.block_tokens=64", "offload.policy=arc"],
                  [PP, "offload=host", "offload.host_gpu_multiple=0.5", "offload.load=blocking"],
+                 [PP, "offload=host", "offload.store_order=tail_first"],
                  [PP, "offload=host", "offload.host_gpu_multiple=null", "offload.host_bytes=64e9"], []):
         assert precheck([*args, f"results_dir={tmp_path / 'r'}"]) is None, args
 
@@ -304,3 +330,49 @@ def test_the_command_exits_2_with_one_line_and_writes_nothing(args, tmp_path):
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and "offload" in lines[0], proc.stderr
     assert not (tmp_path / "r").exists() and not (tmp_path / "h").exists()
+
+
+def _steps(tmp_path, summary):
+    import pandas as pd
+
+    return pd.read_parquet(tmp_path / "r" / "runs" / summary["experiment"] / summary["run_id"] / "steps.parquet")
+
+
+MOVED = ("tier_bytes_gpu_to_host", "tier_bytes_host_to_gpu", "tier_bytes_swap_out", "tier_bytes_swap_in")
+
+
+def test_per_step_tier_columns_add_up_to_the_summary_and_stay_out_of_runs_without_tiers(tmp_path):
+    """Steps carry the tiers' bytes held (host cached and swapped, after the step) and moved (in
+    the step) only with a tier on; moved bytes sum to the summary's totals, the last row's held
+    bytes are its end-of-run figures, and no step holds more than the tier (nor its peak)."""
+    base = ["engine.preemption=swap", "engine.swap_space_bytes=4e9", "workload=sharegpt",
+            "workload.num_requests=24", "engine.debug=true"]
+    none = _steps(tmp_path, _run(tmp_path, *base))
+    assert not [c for c in none.columns if c.startswith("tier_")]
+    summary = _run(tmp_path, *base, "offload=host", "offload.host_gpu_multiple=2.0")
+    steps = _steps(tmp_path, summary)
+    assert summary["num_preemptions"] > 0 and summary["tier_bytes_swap_out"] > 0
+    assert "tier_disk_cached_bytes" not in steps and "tier_bytes_disk_to_gpu" not in steps
+    for key in MOVED:
+        assert steps[key].min() >= 0 and int(steps[key].sum()) == summary[key], key
+    last = steps.iloc[-1]
+    assert last["tier_host_cached_bytes"] == summary["tier_host_used_bytes"]
+    assert last["tier_host_swap_bytes"] == summary["tier_host_swap_bytes"] == 0
+    held = steps["tier_host_cached_bytes"] + steps["tier_host_swap_bytes"]
+    assert held.max() <= summary["tier_host_peak_bytes"] <= summary["offload_host_bytes"]
+    assert steps["tier_host_swap_bytes"].max() == summary["tier_host_peak_swap_bytes"] > 0
+
+
+def test_per_step_bytes_match_the_books_of_a_tier_that_never_evicts(tmp_path):
+    """Host and disk large enough to keep every chunk (write-through, each block in at most one
+    place per tier, checked each step by engine.debug): after each step each tier holds exactly
+    the bytes written to it so far, and what came back from the host is what was loaded."""
+    summary = _run(tmp_path, "offload=host_disk", "offload.host_gpu_multiple=64.0", "offload.write=through",
+                   "engine.debug=true")
+    steps = _steps(tmp_path, summary)
+    assert summary["tier_host_evictions"] == summary["tier_disk_evictions"] == 0
+    assert summary["tier_bytes_host_to_gpu"] > 0
+    assert (steps["tier_bytes_gpu_to_host"].cumsum() == steps["tier_host_cached_bytes"]).all()
+    assert (steps["tier_bytes_host_to_disk"].cumsum() == steps["tier_disk_cached_bytes"]).all()
+    assert int(steps["tier_bytes_host_to_gpu"].sum()) == summary["tier_bytes_host_to_gpu"]
+    assert steps["tier_bytes_disk_to_gpu"].sum() == 0  # the host holds all: nothing read from disk

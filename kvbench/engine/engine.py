@@ -41,10 +41,13 @@ class Engine:
     def __init__(self, allocator: Allocator, executor, cfg: SchedulerConfig, *,
                  max_steps: int | None = None, progress: Callable[[int, float], None] | None = None,
                  memmap_every: int = 0, scheduler_cls: type[Scheduler] = Scheduler,
-                 max_concurrency: int | None = None, load_cost=None, swap_space: SwapSpace | None = None) -> None:
+                 max_concurrency: int | None = None, load_cost=None, swap_space: SwapSpace | None = None,
+                 tiers=None) -> None:
         self.allocator = allocator
+        self.tiers = tiers  # allocators.tiers.TierStack: its books give each step's tier columns
         self.load_cost = load_cost  # kvbench.sim.offload.LoadCost: tier loads lengthen the step (sim)
         self.load_s = 0.0  # seconds tier loads added to the critical path
+        self._swap_seen = (0, 0)  # the scheduler's swapped out and in slots at the last tier row
         self.tier_copies = getattr(executor, "host_tier", None) is not None  # hf with offload on
         self.memmap_every = memmap_every
         self._snapshots: list[tuple[float, object, object]] = []
@@ -152,7 +155,8 @@ class Engine:
                           logical_slots=logical, blocks=self._computed_blocks(seq_blocks), num_running=len(sched.running),
                           num_waiting=len(sched.waiting), num_swapped=len(sched.swapped),
                           num_preemptions=sched.num_preemptions, schedule_s=schedule_s,
-                          running_requests=running_requests)
+                          running_requests=running_requests,
+                          tiers=self._tier_row() if self.tiers is not None else None)
             step += 1
             if self.progress is not None:
                 self.progress(finished, now)  # requests done, simulated seconds
@@ -184,6 +188,16 @@ class Engine:
         if counts is None:
             return None
         return per_sequence, per_sequence - (counts[0] - counts[1])
+
+    def _tier_row(self) -> dict[str, int]:
+        """The tiers' bytes held after this step and moved during it, swap preemption's included."""
+        row = self.tiers.step_row()
+        sched, slot_bytes = self.scheduler, self.tiers.slot_bytes
+        out, back = sched.num_swapped_out_slots, sched.num_swapped_in_slots
+        row["tier_bytes_swap_out"] = (out - self._swap_seen[0]) * slot_bytes
+        row["tier_bytes_swap_in"] = (back - self._swap_seen[1]) * slot_bytes
+        self._swap_seen = (out, back)
+        return row
 
     def _add_load_time(self, result: StepResult) -> None:
         """This step's loads from the tiers: blocking adds them, overlap what compute does not hide."""

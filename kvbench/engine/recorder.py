@@ -38,6 +38,7 @@ class Recorder:
     def __init__(self) -> None:
         self._rows: list[tuple] = []
         self._groups: list[tuple] = []  # mixed models only: each step's (kind, held, needed) per group
+        self._tiers: list[dict[str, int]] = []  # offload tiers only: each step's tier bytes
 
     def step(
         self,
@@ -55,6 +56,7 @@ class Recorder:
         num_preemptions: int,
         schedule_s: float,
         running_requests: int | None = None,
+        tiers: dict[str, int] | None = None,
     ) -> None:
         chunks = batch.chunks
         counts = batch.counts
@@ -82,6 +84,8 @@ class Recorder:
             schedule_s,
             num_running if running_requests is None else running_requests,
         ))
+        if tiers is not None:  # offload tiers on only: bytes held after the step, moved in it
+            self._tiers.append(tiers)
 
     def steps_frame(self) -> pd.DataFrame:
         if not self._rows:
@@ -96,6 +100,9 @@ class Recorder:
             at = STEP_COLUMNS.index("token_slots") + 1
             names = [*STEP_COLUMNS[:at], *group_columns, *STEP_COLUMNS[at:]]
             columns = {name: columns[name] if name in columns else group_columns[name] for name in names}
+        if self._tiers:  # after every other column
+            for key in self._tiers[0]:
+                columns[key] = [row[key] for row in self._tiers]
         return pd.DataFrame(columns)
 
 

@@ -68,7 +68,7 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None, logger=None, run_id:
                         memmap_every=int(eng.get("memmap_every") or 0),
                         scheduler_cls=scheduler_class(_scheduling(cfg), str(eng.get("batching", "continuous"))),
                         max_concurrency=prep.spec.workload.max_concurrency,
-                        load_cost=LoadCost.from_configs(cfg) if _sim_tiers(cfg, prep) else None,
+                        load_cost=LoadCost.from_configs(cfg) if _sim_tiers(cfg, prep) else None, tiers=prep.tiers,
                         swap_space=HostTierSwap(prep.tiers, prep.spec.geometry.bytes_per_slot)
                         if prep.tiers is not None else None)
         out = engine.run(requests)
@@ -155,6 +155,7 @@ def _offload_columns(cfg: DictConfig, prep: Prepared, engine: Engine, out) -> di
         return {"offload": str(cfg.offload.name) if cfg.get("offload") is not None else "none",
                 "offload_host_bytes": 0, "offload_disk_bytes": 0, "offload_block_tokens": None,
                 "offload_policy": None, "offload_write": None, "offload_load": None, "offload_link": None,
+                "offload_store_order": None,
                 "tier_hit_rate_gpu": gpu_rate, "tier_hit_rate_host": None, "tier_hit_rate_disk": None,
                 "tier_hit_rate_total": gpu_rate, "tier_recompute_tokens_saved": None,
                 **{key: None for key in TIER_BYTE_COLUMNS}, "tier_load_s": None}
@@ -169,6 +170,7 @@ def _offload_columns(cfg: DictConfig, prep: Prepared, engine: Engine, out) -> di
         "offload_policy": str(cfg.offload.policy),
         "offload_write": str(cfg.offload.write),
         "offload_load": str(cfg.offload.load),
+        "offload_store_order": str(cfg.offload.get("store_order", "head_first")),
         "offload_link": str(cfg.gpu.offload_link) if cfg.gpu.get("offload_link") is not None else None,
         # swap preemption books its K/V in the host tier (kvbench/engine/swap_space.py)
         "tier_bytes_swap_out": out.swap_out_slots * slot_bytes,

@@ -18,7 +18,7 @@ import math
 from dataclasses import dataclass
 
 from allocators.cache_policy import POLICIES
-from allocators.tiers import LOAD_MODES, WRITE_MODES, Loads, TierStack
+from allocators.tiers import LOAD_MODES, STORE_ORDERS, WRITE_MODES, Loads, TierStack
 from kvbench.config.errors import ConfigError
 
 # Per-direction bandwidth (bytes/s) and per-transfer latency (s) of the GPU's link to host memory.
@@ -81,6 +81,9 @@ def check_offload(cfg) -> None:
         raise ConfigError(f"offload.write must be one of {', '.join(WRITE_MODES)}; got {off.get('write')!r}")
     if off.get("load") not in LOAD_MODES:
         raise ConfigError(f"offload.load must be one of {', '.join(LOAD_MODES)}; got {off.get('load')!r}")
+    order = off.get("store_order", "head_first")
+    if order not in STORE_ORDERS:
+        raise ConfigError(f"offload.store_order must be one of {', '.join(STORE_ORDERS)}; got {order!r}")
     if disk and not host:
         raise ConfigError("offload.disk_bytes: a disk tier needs a host tier (offload.host_bytes > 0)")
     block = cfg.allocator.get("block_size")
@@ -114,7 +117,8 @@ def build_tiers(cfg, slot_bytes: int, gpu_kv_bytes: int, block_size: int, debug:
     return TierStack(slot_bytes=slot_bytes, gpu_block_tokens=block_size,
                      block_tokens=int(off.get("block_tokens") or block_size), host_bytes=host,
                      disk_bytes=int(_number(cfg, "disk_bytes")), host_policy=policy,
-                     disk_policy=str(off.get("disk_policy") or policy), write=str(off.write), debug=debug)
+                     disk_policy=str(off.get("disk_policy") or policy), write=str(off.write),
+                     store_order=str(off.get("store_order", "head_first")), debug=debug)
 
 
 @dataclass(frozen=True)
