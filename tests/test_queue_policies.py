@@ -126,20 +126,23 @@ def test_most_blocks_counts_a_block_its_samples_share_once():
     assert make_victim_choice("most_blocks", alloc).pick([single, samples]).request_id == 1
 
 
-def test_most_blocks_preempts_the_others_before_the_grower():
-    """The group out of memory (the grower) is the newest, least urgent, and holds the most
-    blocks and the fewest computed tokens: ``most_blocks`` takes another group, and the grower
-    only when it runs alone; the others take the grower, which ranks last."""
+def test_most_blocks_takes_a_group_not_reached_yet_before_the_grower():
+    """The group out of memory (the grower) is the oldest, least urgent, and holds the most
+    blocks and the fewest computed tokens. ``most_blocks`` takes the biggest group the step has
+    not reached yet; with none left, the biggest of all (the grower, or one scheduled before
+    it). The other choices rank all groups."""
     alloc = build("paged", 64, block_size=4)
-    grower = group(2, 2.0, priority=5, computed=1)
-    others = [group(0, 0.0, priority=0, computed=9), group(1, 1.0, priority=0, computed=6)]
-    alloc.admit(2, [2] * 16, 64)  # 4 blocks
-    alloc.admit(0, [0] * 8, 64)  # 2 blocks
+    grower = group(0, 0.0, priority=5, computed=1)
+    running = [grower, group(1, 1.0, priority=0, computed=9), group(2, 2.0, priority=0, computed=6)]
+    alloc.admit(0, [0] * 16, 64)  # 4 blocks
     alloc.admit(1, [1] * 4, 64)  # 1 block
-    running = [*others, grower]
+    alloc.admit(2, [2] * 8, 64)  # 2 blocks
     choose = {name: make_victim_choice(name, alloc).choose(grower, running).request_id for name in VICTIMS}
-    assert choose == {"newest": 2, "lowest_priority": 2, "least_computed": 2, "most_blocks": 0}
-    assert {make_victim_choice(name, alloc).choose(grower, [grower]).request_id for name in VICTIMS} == {2}
+    assert choose == {"newest": 2, "lowest_priority": 0, "least_computed": 0, "most_blocks": 2}
+    most_blocks = make_victim_choice("most_blocks", alloc)
+    assert most_blocks.choose(running[2], running).request_id == 0  # reached last: the biggest of all
+    assert most_blocks.choose(running[1], running[:2]).request_id == 0
+    assert most_blocks.choose(grower, [grower]).request_id == 0
 
 
 def test_the_oldest_group_with_the_most_blocks_keeps_its_place_under_most_blocks():

@@ -15,12 +15,15 @@ was.
                      its samples share counts once; a prefix block cached for another request
                      counts for both), then the newest.
 
-When the grower ranks last it is its own victim, as in vLLM (``least_computed``: that loses
-the fewest tokens, the point of the choice), except under ``most_blocks`` (``grower_last``):
-that choice frees blocks for a grower, and a grower holds the most blocks as it grows (a group
-whose samples diverge, one that just came back), so it would free its own each time it came
-back, gain no token, and run alone at last in a restored state that may need more blocks than
-the pool has. It preempts the others first and itself only when no other group runs.
+When the grower ranks last it is its own victim, as in vLLM v1 (``least_computed``: that loses
+the fewest tokens, the point of the choice). ``most_blocks`` (``unreached_first``) first takes
+the biggest of the groups the step has not reached yet, and chooses among all (itself and those
+already scheduled) only when none is left, as vLLM v0 takes victims from the running queue
+before the group itself. The grower holds the most blocks as it grows (a group whose samples
+diverge, one that just came back), so choosing among all first made it free its own blocks each
+time it came back and gain no token, until it ran alone in a restored state that may need more
+blocks than the pool (a request that fits alone, rejected); a group coming back keeps its
+arrival order, so an old one is reached before the newer ones it now preempts.
 """
 from __future__ import annotations
 
@@ -36,17 +39,18 @@ def _newest_key(group: Group) -> tuple:
 
 class VictimChoice:
     name = "newest"
-    grower_last = False  # True: the grower is its own victim only when no other group runs
+    unreached_first = False  # True: groups not reached yet in this step go before the others
 
     def __init__(self, allocator: Allocator) -> None:
         self.allocator = allocator
 
     def choose(self, grower: Group, running: Sequence[Group]) -> Group:
-        """The group to preempt when ``grower`` (one of ``running``) is out of memory."""
-        if self.grower_last:
-            others = [g for g in running if g is not grower]
-            if others:
-                return self.pick(others)
+        """The group to preempt when ``grower`` (one of ``running``, in the step's order) is out
+        of memory."""
+        if self.unreached_first:
+            unreached = running[running.index(grower) + 1:]
+            if unreached:
+                return self.pick(unreached)
         return self.pick(running)
 
     def pick(self, candidates: Sequence[Group]) -> Group:
@@ -74,7 +78,7 @@ class LeastComputedVictim(VictimChoice):
 
 class MostBlocksVictim(VictimChoice):
     name = "most_blocks"
-    grower_last = True
+    unreached_first = True
 
     def blocks_of(self, group: Group) -> int:
         """Distinct blocks in the group's tables: its samples' shared blocks count once."""
