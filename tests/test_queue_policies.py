@@ -96,6 +96,9 @@ def test_aging_puts_those_past_the_bound_first_oldest_first(policy):
 
 
 # -- victims -------------------------------------------------------------------------------
+VICTIMS = ("newest", "lowest_priority", "least_computed", "most_blocks")
+
+
 def test_each_victim_choice_on_a_hand_made_running_queue():
     alloc = build("paged", 64, block_size=4)
     running = [group(0, 0.0, priority=1, computed=9), group(1, 1.0, priority=0, computed=2),
@@ -109,6 +112,60 @@ def test_each_victim_choice_on_a_hand_made_running_queue():
     assert make_victim_choice("least_computed", alloc).pick(running[:3]).request_id == 1
 
 
+def test_most_blocks_counts_a_block_its_samples_share_once():
+    """Three samples forked from one 2-block prompt hold 2 blocks (6 table entries): preempting
+    them frees less than a single request of 3 blocks, so that request is the victim."""
+    alloc = build("paged", 64, block_size=4)
+    samples = Group(Request(0, [7] * 8, 8, 0.0, n=3), [Seq(10, [7] * 8), Seq(11, [7] * 8), Seq(12, [7] * 8)])
+    alloc.admit(10, [7] * 8, 64)
+    alloc.grow(10, 8, [7] * 8)
+    alloc.fork(10, 11)
+    alloc.fork(10, 12)
+    single = group(1, 0.0, prompt_len=12)  # older: without the count it would lose no tie
+    alloc.admit(1, [1] * 12, 64)
+    assert make_victim_choice("most_blocks", alloc).pick([single, samples]).request_id == 1
+
+
+def test_most_blocks_takes_a_group_not_reached_yet_before_the_grower():
+    """The group out of memory (the grower) is the oldest, least urgent, and holds the most
+    blocks and the fewest computed tokens. ``most_blocks`` takes the biggest group the step has
+    not reached yet; with none left, the biggest of all (the grower, or one scheduled before
+    it). The other choices rank all groups."""
+    alloc = build("paged", 64, block_size=4)
+    grower = group(0, 0.0, priority=5, computed=1)
+    running = [grower, group(1, 1.0, priority=0, computed=9), group(2, 2.0, priority=0, computed=6)]
+    alloc.admit(0, [0] * 16, 64)  # 4 blocks
+    alloc.admit(1, [1] * 4, 64)  # 1 block
+    alloc.admit(2, [2] * 8, 64)  # 2 blocks
+    choose = {name: make_victim_choice(name, alloc).choose(grower, running).request_id for name in VICTIMS}
+    assert choose == {"newest": 2, "lowest_priority": 0, "least_computed": 0, "most_blocks": 2}
+    most_blocks = make_victim_choice("most_blocks", alloc)
+    assert most_blocks.choose(running[2], running).request_id == 0  # reached last: the biggest of all
+    assert most_blocks.choose(running[1], running[:2]).request_id == 0
+    assert most_blocks.choose(grower, [grower]).request_id == 0
+
+
+def test_the_oldest_group_with_the_most_blocks_keeps_its_place_under_most_blocks():
+    """A (prompt 16: 4 blocks) and B (prompt 8: 2 blocks) fill a 6-block pool; in the next step A
+    needs a fifth block first. ``most_blocks`` once made A its own victim (it holds the most),
+    so a group that just came back lost its place to every newer one; now B gives way."""
+    alloc = build("paged", 24, block_size=4)
+    engine = Engine(alloc, TokenPoolExecutor(24), SchedulerConfig(max_model_len=64, preemption_victim="most_blocks"))
+    sched = engine.scheduler
+    for r in [Request(0, [1] * 16, 8, 0.0), Request(1, [2] * 8, 8, 0.1)]:
+        sched.add(engine._new_group(r))
+    sched.schedule()
+    for g in sched.running:
+        g.seqs[0].tokens.append(0)
+        g.seqs[0].num_generated += 1
+    sched.now = 1.0
+    batch = sched.schedule()
+    assert sched.num_preemptions == 1
+    assert ids(sched.running) == [0] and ids(sched.waiting) == [1]
+    assert [(c.request_id, c.start_pos) for c in batch.chunks] == [(0, 16)]
+    alloc.check_invariants()
+
+
 def test_unknown_names_raise():
     alloc = build("paged", 64, block_size=4)
     with pytest.raises(ValueError, match="engine.policy"):
@@ -116,8 +173,6 @@ def test_unknown_names_raise():
     with pytest.raises(ValueError, match="engine.preemption_victim"):
         make_victim_choice("oldest", alloc)
 
-
-VICTIMS = ("newest", "lowest_priority", "least_computed", "most_blocks")
 
 
 @pytest.mark.parametrize("preemption", ["recompute", "swap"])

@@ -213,7 +213,7 @@ class Scheduler:
                     self._chunks_for(group, budget, seq_budget, group_chunks)
                     break
                 except _OutOfMemory:
-                    victim = self.victims.pick(running)  # any running group, scheduled in this step or not
+                    victim = self.victims.choose(group, running)  # any running group, scheduled in this step or not
                     if victim is group:  # its chunks of this step will not run: undo their growth
                         grown = {c.seq_id: c.query_len for c in group_chunks}
                         for seq in group.seqs:
