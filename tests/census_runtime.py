@@ -310,7 +310,7 @@ INPROCESS_IDS = [c.case_id for c in TRACE_CASES] + list(WANDB_CASES)
 # -- real processes -----------------------------------------------------------------------------
 
 BASE = ["progress=false", "logger=none"]
-LONG = [*BASE, "workload.num_requests=400"]  # a run of several seconds: time for a signal mid-run
+LONG = [*BASE, "workload.num_requests=8000"]  # about 4 s: a signal at up to 1.6 s lands mid-run
 
 
 def kvbench(root: Path, args: list[str], cwd: Path, extra_path: Path | None = None, **popen) -> subprocess.Popen:
