@@ -86,7 +86,8 @@ def test_gemma3_on_grouped_allocators_equals_generate(gemma3, allocator, num_slo
         assert alloc.stats()["window_freed_blocks"] > 0  # the window group dropped blocks the attention skipped
 
 
-def test_gemma3_prefix_hits_with_hybrid_prefix_equal_generate(gemma3):
+@pytest.mark.parametrize("allocator", ["hybrid_prefix", "lcm_prefix"])
+def test_gemma3_prefix_hits_equal_generate(gemma3, allocator):
     """Two requests share a 24-token prefix (6 blocks, past the window); the later one hits it in
     every group (the full group's blocks, the window group's last blocks, its earlier ones dropped)."""
     cfg, reference, model = gemma3
@@ -95,7 +96,7 @@ def test_gemma3_prefix_hits_with_hybrid_prefix_equal_generate(gemma3):
     requests = [Request(0, shared + tails[0].prompt_ids, 9, 0.0, 1, 1),
                 Request(1, shared + tails[1].prompt_ids, 12, 5.0, 1, 1)]
     expected = {r.request_id: hf_generate(reference, r) for r in requests}
-    alloc = grouped_allocator(cfg, "hybrid_prefix", 96)
+    alloc = grouped_allocator(cfg, allocator, 96)
     out, got = run_engine(cfg, model, requests, alloc)
     assert out.summary["prefix_hit_rate"] > 0
     assert got == expected
