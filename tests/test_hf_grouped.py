@@ -10,6 +10,12 @@ table and slots. ``uniform`` pages every layer as full attention (one table).
 """
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 from omegaconf import OmegaConf
@@ -56,11 +62,12 @@ def grouped_allocator(cfg, name: str, num_slots: int, **knobs):
                  prefill_chunk=BUDGET, debug=True, **knobs)
 
 
-def run_engine(cfg, model, requests, alloc):
+def run_engine(cfg, model, requests, alloc, attention: str = "torch", torch_path: str = "batched"):
     layout = alloc.attention_layout() if alloc.per_group_tables else None
-    executor = HFExecutor(cfg, OmegaConf.create({"attention": "torch", "max_num_batched_tokens": BUDGET}),
+    executor = HFExecutor(cfg, OmegaConf.create({"attention": attention, "max_num_batched_tokens": BUDGET}),
                           num_slots=alloc.num_slots, block_size=alloc.block_size, device="cpu", model=model,
-                          geometry=model_geometry(cfg), kv_layout=layout)
+                          geometry=model_geometry(cfg), kv_layout=layout,
+                          backend_cfg=OmegaConf.create({"torch_attention": torch_path}))
     engine = Engine(alloc, executor, SchedulerConfig(max_model_len=MAX_MODEL_LEN, max_num_batched_tokens=BUDGET),
                     max_steps=3000)
     out = engine.run(requests)
@@ -84,6 +91,17 @@ def test_gemma3_on_grouped_allocators_equals_generate(gemma3, allocator, num_slo
     assert got == expected
     if allocator != "uniform":
         assert alloc.stats()["window_freed_blocks"] > 0  # the window group dropped blocks the attention skipped
+
+
+def test_the_kernels_torch_reference_reads_each_groups_table(gemma3):
+    """backend.torch_attention=reference: the kernels' signature (block tables, no step plan)."""
+    cfg, reference, model = gemma3
+    requests = make_requests(REQUESTS[:4], vocab_size=256, seed=2)
+    expected = {r.request_id: hf_generate(reference, r) for r in requests}
+    alloc = grouped_allocator(cfg, "lcm", 40)
+    _, got = run_engine(cfg, model, requests, alloc, torch_path="reference")
+    assert alloc.stats()["window_freed_blocks"] > 0
+    assert got == expected
 
 
 @pytest.mark.parametrize("allocator", ["hybrid_prefix", "lcm_prefix"])
@@ -111,3 +129,27 @@ def test_a_model_without_its_window_decodes_differently(gemma3):
                                    layer_types=LAYER_TYPES), seed=0, attn_implementation="sdpa")
     assert {r.request_id: hf_generate(plain, r) for r in requests} != \
         {r.request_id: hf_generate(reference, r) for r in requests}
+
+
+@pytest.mark.slow
+def test_triton_interpreter_path_reads_each_groups_table(tmp_path):
+    """engine.attention=triton under TRITON_INTERPRET=1 (a subprocess: set before triton is imported),
+    hybrid: the kernels read each layer group's table, its dropped entries as block 0 under the window."""
+    root = Path(__file__).resolve().parent.parent
+    script = tmp_path / "triton_grouped.py"
+    script.write_text(
+        "import json\n"
+        "from tests.test_hf_grouped import *\n"
+        "cfg = family_cfg('gemma3_text', num_layers=4, sliding_window=WINDOW, layer_types=LAYER_TYPES)\n"
+        "requests = make_requests([(5, 12), (14, 8), (21, 4)], vocab_size=256, seed=10)\n"
+        "alloc = grouped_allocator(cfg, 'hybrid', 40)\n"
+        "_, got = run_engine(cfg, build_model(cfg, seed=0), requests, alloc, attention='triton')\n"
+        "ref = build_model(cfg, seed=0, attn_implementation='sdpa')\n"
+        "print(json.dumps([got, {r.request_id: hf_generate(ref, r) for r in requests},\n"
+        "                  alloc.stats()['window_freed_blocks']]))\n")
+    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(root))
+    done = subprocess.run([sys.executable, str(script)], cwd=root, env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-2000:]
+    got, expected, freed = json.loads(done.stdout.strip().splitlines()[-1])
+    assert freed > 0
+    assert got == expected
