@@ -104,6 +104,21 @@ def test_the_kernels_torch_reference_reads_each_groups_table(gemma3):
     assert got == expected
 
 
+@pytest.mark.parametrize("allocator,ratio", [("hybrid", 4.0), ("lcm", 2.0), ("hybrid_static", 1.0)])
+def test_each_group_tensor_has_a_block_for_every_id_it_may_name(gemma3, allocator, ratio, caplog):
+    """hybrid: 40 slots of 4 layers = 40 pages of 4 one-layer tokens; the full group's tensor (1 layer)
+    and the window group's (3 layers) each have 40 blocks: 4x the books. lcm: each group's ids cover
+    the pool once (2x); hybrid_static: each group its share (1x)."""
+    cfg, _, model = gemma3
+    alloc = grouped_allocator(cfg, allocator, 40, **({"split_len": 40} if allocator == "hybrid_static" else {}))
+    executor = HFExecutor(cfg, OmegaConf.create({"attention": "torch"}), num_slots=40, block_size=4, device="cpu",
+                          model=model, geometry=model_geometry(cfg), kv_layout=alloc.attention_layout())
+    books = 40 * model_geometry(cfg).pool_bytes_per_slot
+    assert executor.grouped.nbytes == pytest.approx(ratio * books, rel=0.1)
+    assert [len(p.key_caches) for p in executor.grouped.pools] == [1, 3]
+    assert ("KV tensors take" in caplog.text) == (executor.grouped.nbytes > books)
+
+
 @pytest.mark.parametrize("allocator", ["hybrid_prefix", "lcm_prefix"])
 def test_gemma3_prefix_hits_equal_generate(gemma3, allocator):
     """Two requests share a 24-token prefix (6 blocks, past the window); the later one hits it in

@@ -50,7 +50,7 @@ from kvbench.config.errors import ConfigError
 from kvbench.geometry import KVGeometry
 from kvbench.hf.attention import LayerTimer, StepAttention, register, step_attention
 from kvbench.hf.features import check_shapes, check_windows
-from kvbench.hf.group_pool import GroupedKVPools, layer_groups_of
+from kvbench.hf.group_pool import GroupedKVPools, grouped_pool_bytes, layer_groups_of
 from kvbench.hf.probe import probe_layers
 from kvbench.hf.model import DTYPES, build_model
 from kvbench.hf.host_tier import HostTierPool
@@ -168,10 +168,11 @@ class HFExecutor:
                         geometry.pool_bytes_per_slot / geometry.bytes_per_slot, geometry.bytes_per_slot)
         self.grouped: GroupedKVPools | None = None  # a KV pool per layer group (kv_layout of two groups or more)
         if kv_layout is not None and len(kv_layout) > 1:
+            layer_group = layer_groups_of(geometry.windows, geometry.num_layers, kv_layout)
+            self._check_grouped_bytes(kv_layout, layer_group, geometry, str(model_cfg.name))
             self.grouped = GroupedKVPools(
-                layout=list(kv_layout), layer_group=layer_groups_of(geometry.windows, geometry.num_layers, kv_layout),
-                block_size=self.block_size, num_kv_heads=geometry.num_kv_heads, head_size=geometry.head_size,
-                v_head_size=geometry.value_head_size, dtype=DTYPES[geometry.dtype], device=self.device)
+                layout=list(kv_layout), layer_group=layer_group, block_size=self.block_size,
+                num_kv_heads=geometry.num_kv_heads, head_size=geometry.head_size, v_head_size=geometry.value_head_size, dtype=DTYPES[geometry.dtype], device=self.device)
             self.pool = self.grouped.pools[0]
         else:
             self.pool = KVPool(num_layers=geometry.num_layers, num_slots=self.num_slots, block_size=self.block_size,
@@ -180,6 +181,21 @@ class HFExecutor:
         self.host_tier: HostTierPool | None = None  # the offload host tier's real K/V (attach_host_tier)
         self.sampler = Sampler(SamplingParams.from_cfg(backend_cfg), seed=int(seed))
         self.timer = LayerTimer(self.cuda)
+
+    def _check_grouped_bytes(self, layout, layer_group: list[int], geometry: KVGeometry, name: str) -> None:
+        """The per-group tensors hold a block for every id a group may name: more than the run's KV bytes
+        (warned); on CUDA refused when they would not fit the free device memory."""
+        layer_bytes = geometry.pool_bytes_per_slot // geometry.num_layers
+        grouped = grouped_pool_bytes(layout, layer_group, self.block_size, layer_bytes)
+        books = self.num_slots * geometry.pool_bytes_per_slot
+        if grouped > books:
+            log.warning("model %s: the hf per-layer-group KV tensors take %d bytes, %.1fx the %d bytes of the "
+                        "allocator's books (every group has room for every block id it may name)", name, grouped,
+                        grouped / books, books)
+        if self.cuda and grouped > torch.cuda.mem_get_info()[0] - CUDA_RESERVED_BYTES:
+            raise ConfigError(f"model {name}: the per-layer-group KV tensors need {grouped / 2**30:.1f} GiB "
+                              f"({grouped / books:.1f}x engine.kv_cache_bytes), more than the free GPU memory; "
+                              f"lower engine.kv_cache_bytes")
 
     def stop_token_ids(self, model_cfg) -> tuple[int, ...]:
         """EOS ids for workload.ignore_eos=false: model.eos_token_id (an id or a list), else the loaded

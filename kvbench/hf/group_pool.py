@@ -38,6 +38,12 @@ def layer_groups_of(windows: tuple[int | None, ...], num_layers: int, layout: li
     return groups
 
 
+def grouped_pool_bytes(layout: list[tuple], layer_group: list[int], block_size: int, layer_token_bytes: int) -> int:
+    """Bytes of the per-group tensors (``layer_token_bytes``: one token's K and V in one layer)."""
+    return sum(block_ids * block_size * layer_group.count(g) * layer_token_bytes
+               for g, (_, _, block_ids) in enumerate(layout))
+
+
 class GroupedKVPools:
     """One KV pool per attention group of the allocator; ``key_caches[l]`` / ``value_caches[l]``: layer l's."""
 
