@@ -172,7 +172,8 @@ class HFExecutor:
             self._check_grouped_bytes(kv_layout, layer_group, geometry, str(model_cfg.name))
             self.grouped = GroupedKVPools(
                 layout=list(kv_layout), layer_group=layer_group, block_size=self.block_size,
-                num_kv_heads=geometry.num_kv_heads, head_size=geometry.head_size, v_head_size=geometry.value_head_size, dtype=DTYPES[geometry.dtype], device=self.device)
+                num_kv_heads=geometry.num_kv_heads, head_size=geometry.head_size, v_head_size=geometry.value_head_size,
+                dtype=DTYPES[geometry.dtype], device=self.device)
             self.pool = self.grouped.pools[0]
         else:
             self.pool = KVPool(num_layers=geometry.num_layers, num_slots=self.num_slots, block_size=self.block_size,
