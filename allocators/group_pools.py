@@ -14,7 +14,9 @@ blocks are cut from the KV memory (``pool_bytes``):
   (Jenga's two-level design). A carved block that is free stays the group's: ``external``.
 
 Free lists hand out the front and take freed blocks at the back (least recently freed first).
-Block ids are per group; ``SharedPool`` names a block by its first page.
+Block ids are per group; ``SharedPool`` names a block by its first page. ``block_ids(g)``: how
+many ids group ``g``'s blocks may have (``0 .. block_ids(g) - 1``), what an executor that keeps
+one tensor per group sizes it by.
 """
 from __future__ import annotations
 
@@ -63,6 +65,9 @@ class SharedPool:
     def free_bytes(self) -> int:
         return self.pool_bytes - (self.num_pages - len(self._free)) * self.page_bytes
 
+    def block_ids(self, group: int) -> int:
+        return self.num_pages
+
 
 class StaticPools:
     def __init__(self, pool_bytes: int, group_bytes: list[int], block_bytes: list[int]) -> None:
@@ -90,6 +95,9 @@ class StaticPools:
     def free_bytes(self) -> int:
         used = sum((n - len(f)) * s for n, f, s in zip(self.num_blocks, self._free, self.block_bytes))
         return self.pool_bytes - used
+
+    def block_ids(self, group: int) -> int:
+        return self.num_blocks[group]
 
 
 class LcmPool:
@@ -162,3 +170,6 @@ class LcmPool:
     def free_bytes(self) -> int:
         used = sum(sum(u.values()) * s for u, s in zip(self._used, self.block_bytes))
         return self.pool_bytes - used
+
+    def block_ids(self, group: int) -> int:
+        return self.num_large * self.per_large[group]

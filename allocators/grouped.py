@@ -13,7 +13,9 @@ from admit to free. ``fork`` shares the attention blocks (reference counts, copy
 shared partly filled block, as ``paged``) and gives the child its own state block.
 
 The strategies differ only in the pool (``allocators.group_pools``); ``block_table`` is the
-first group's table (dropped entries are ``DROPPED``) and ``CopyOp``s name that group's slots.
+first group's table (dropped entries are ``DROPPED``) and ``CopyOp``s name that group's slots;
+``group_tables`` gives every group's, and ``attention_layout`` how many block ids each group
+may name (the hf executor keeps one KV tensor per attention group, indexed by them).
 
 Breakdown, in units of ``unit_bytes`` (the greatest common divisor of every byte count here: on a
 uniform model one slot, so the counts equal ``paged``'s; ``MemoryUsage.total`` is the pool's
@@ -299,6 +301,17 @@ class GroupedAllocator(Allocator):
         """Every attention group's block table, then each state group's one block."""
         seq = self._get(seq_id)
         return [list(t) for t in seq.tables] + [[b] for b in seq.states]
+
+    @property
+    def per_group_tables(self) -> bool:
+        """Whether the attention groups keep tables of their own (then an executor reads each layer's
+        group's table from ``group_tables``, not ``block_table``)."""
+        return len(self.attention) > 1
+
+    def attention_layout(self) -> list[tuple[str, int | None, int]]:
+        """Each attention group's (kind, size, block ids it may name): what an executor that keeps one
+        KV tensor per group sizes them by (``group_tables``' block ids index these tensors)."""
+        return [(g.kind, g.size, self.pool.block_ids(i)) for i, g in enumerate(self.attention)]
 
     def num_tokens(self, seq_id: int) -> int:
         return self._get(seq_id).num_tokens

@@ -95,6 +95,9 @@ class StepBatch:
     page_maps: int = 0  # physical page groups mapped since the last step (vattention)
     page_unmaps: int = 0  # and unmapped
     counts: BatchCounts | None = None  # sums over chunks, when the scheduler kept them (else computed)
+    # seq_id -> each attention group's block table (then each state group's block), for an allocator whose
+    # layer groups keep separate tables (``per_group_tables``); None otherwise (the chunks' tables say all)
+    group_tables: dict[int, list[list[int]]] | None = None
 
     @property
     def num_tokens(self) -> int:

@@ -1,11 +1,13 @@
 """hf backend x the grouped allocators on the mixed-model families: the matrix of what runs.
 
-Today every family below is refused by name in the pre-check with each grouped allocator (the hf
-attention reads one block table per sequence, not one per layer group; state families also lack
-a per-request recurrent update from the engine's state slots). This test pins each refusal, so a
-family that starts to run must move to an equality test against ``generate``. (With ``paged`` the
-hf family matrix, ``tests/test_hf_matrix.py``, runs gemma3_text and lfm2 exactly, every layer
-holding every token.)
+``RUNS``: families that pass the pre-check with every grouped allocator on backend=hf and equal
+``generate`` there (``tests/test_hf_grouped.py``: gemma3_text with uniform, hybrid, hybrid_static
+and lcm under preemption, and a prefix hit with hybrid_prefix / lcm_prefix). Every other family is
+refused by name in the pre-check, with its reason: state layers (no per-request recurrent update
+from the engine's state slots), chunked attention (no chunk mask), per-group head shapes (one pool
+shape), attention sinks. A family that starts to run must move from ``REFUSED`` to ``RUNS``. (With
+``paged`` the hf family matrix, ``tests/test_hf_matrix.py``, runs gemma3_text and lfm2 exactly,
+every layer holding every token.)
 """
 from __future__ import annotations
 
@@ -34,25 +36,55 @@ FAMILIES = {
     "nemotron_h": ("full, state", {}),
     "lfm2": ("full, state", {"full_attn_idxs": [2, 5]}),
 }
-ONE_TABLE = "the hf attention reads one block table per sequence, not one per layer group"
-NO_RECURRENCE = ("; and its state layers (Mamba / linear attention / short convolution) would need their own "
-                 "recurrent update per request from the engine's state slots, which the hf executor does not run")
+RUNS = ("gemma3_text",)
+STATE = ("its state layers (Mamba / linear attention / short convolution) would need their own recurrent update "
+         "per request from the engine's state slots, which the hf executor does not run")
+REFUSED = {
+    "gpt_oss": "its attention sinks (a learned logit per head in every softmax) are not implemented by the paged hook",
+    "llama4_text": "the hf attention has no chunked-attention mask (attention within chunks of attention_chunk_size "
+                   "tokens)",
+    "gemma4_text": "its full and sliding layers differ in KV heads or head size (model.full_num_kv_heads / "
+                   "full_head_size), and the hf pool holds one shape for every layer",
+    **{family: STATE for family, (kinds, _) in FAMILIES.items() if "state" in kinds},
+}
 
 
-def _cfg(family: str, allocator: str, overrides: dict):
+def _cfg(family: str, allocator: str, overrides: dict, **workload):
     config = transformers.AutoConfig.for_model(family, **overrides)
     model = {"name": f"tiny-{family}", "family": family, "max_model_len": 256, **hf_model_fields(config)}
     return OmegaConf.create({"allocator": {"name": allocator}, "model": model, "backend": {"name": "hf"},
-                             "engine": {"preemption": "recompute", "max_num_batched_tokens": 16}})
+                             "engine": {"preemption": "recompute", "max_num_batched_tokens": 16},
+                             "workload": {"n": 1, "beam_width": 1, **workload}})
+
+
+def test_every_family_either_runs_or_is_refused():
+    assert set(RUNS) | set(REFUSED) == set(FAMILIES) and not set(RUNS) & set(REFUSED)
 
 
 @pytest.mark.parametrize("allocator", GROUPED)
-@pytest.mark.parametrize("family", sorted(FAMILIES))
-def test_every_mixed_family_is_refused_by_name_on_hf(family, allocator):
+@pytest.mark.parametrize("family", RUNS)
+def test_families_that_run_on_hf_pass_the_pre_check(family, allocator):
+    kinds, overrides = FAMILIES[family]
+    cfg = _cfg(family, allocator, overrides)
+    knobs = {}
+    group_knobs(cfg, KVGeometry.from_model_cfg(cfg.model), knobs)
+    assert [g[0] for g in knobs["groups"]] == kinds.split(", ")
+
+
+@pytest.mark.parametrize("workload", [{"n": 2}, {"beam_width": 2}])
+def test_forks_of_a_mixed_model_are_refused_on_hf(workload):
+    """A fork's copy-on-write of a partly filled block would name one layer group's slots only."""
+    cfg = _cfg("gemma3_text", "hybrid", {}, **workload)
+    with pytest.raises(ConfigError, match="runs on backend=hf with workload.n=1 and workload.beam_width=1 only"):
+        group_knobs(cfg, KVGeometry.from_model_cfg(cfg.model), {})
+
+
+@pytest.mark.parametrize("allocator", GROUPED)
+@pytest.mark.parametrize("family", sorted(REFUSED))
+def test_every_other_mixed_family_is_refused_by_name_on_hf(family, allocator):
     kinds, overrides = FAMILIES[family]
     cfg = _cfg(family, allocator, overrides)
     with pytest.raises(ConfigError) as err:
         group_knobs(cfg, KVGeometry.from_model_cfg(cfg.model), {})
-    why = ONE_TABLE + (NO_RECURRENCE if "state" in kinds else "")
     assert str(err.value) == (f"allocator {allocator} on the mixed model tiny-{family} ({family}: {kinds} groups) "
-                              f"runs on backend=sim only: {why}")
+                              f"runs on backend=sim only: {REFUSED[family]}")

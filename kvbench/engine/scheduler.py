@@ -97,6 +97,8 @@ class Scheduler:
         self.cfg = cfg
         self.allocator = allocator
         self.need_block_tables = need_block_tables
+        # a mixed model's allocator with a table per layer group: the executor gets every group's (StepBatch)
+        self.per_group_tables = need_block_tables and bool(getattr(allocator, "per_group_tables", False))
         self.waiting: deque[Group] = deque()
         self.running: list[Group] = []
         self.swapped: deque[Group] = deque()
@@ -296,6 +298,9 @@ class Scheduler:
                     break
 
         page_maps, page_unmaps = self.allocator.take_page_ops()
+        group_tables = None
+        if self.per_group_tables:  # after every grow of the step: each chunk's own grow was its last
+            group_tables = {c.seq_id: allocator.group_tables(c.seq_id) for c in chunks}
         return StepBatch(
             chunks=chunks,
             block_size=self.allocator.block_size,
@@ -305,6 +310,7 @@ class Scheduler:
             page_maps=page_maps,
             page_unmaps=page_unmaps,
             counts=counts,
+            group_tables=group_tables,
         )
 
     def _plain_run(self, start: int, limit: int) -> tuple[list[Group], list[Seq], list[tuple[int, list[int]]]]:

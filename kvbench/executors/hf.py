@@ -27,6 +27,12 @@ MLA models (``model.kv_lora_rank``) reach the hook with K and V expanded per hea
 stores those (``KVGeometry.pool_bytes_per_slot``), not the compressed latent that
 ``KVGeometry.bytes_per_slot`` counts and the sim sizes pools by: the pool's tensors are larger
 than ``kv_bytes`` by that ratio (a derived ``kv_cache_bytes`` is scaled down to fit the device).
+
+Mixed models on an allocator whose layer groups keep tables of their own (``kv_layout``: the
+allocator's ``attention_layout``, two groups or more): one KV tensor per group
+(``kvbench.hf.group_pool``), each layer storing and attending through its group's table and slots
+(``StepBatch.group_tables``). Copy ops, swaps and the host tier move one table's slots, so a
+step that asks for them is refused there (the pre-check allows only recompute preemption).
 """
 from __future__ import annotations
 
@@ -44,6 +50,7 @@ from kvbench.config.errors import ConfigError
 from kvbench.geometry import KVGeometry
 from kvbench.hf.attention import LayerTimer, StepAttention, register, step_attention
 from kvbench.hf.features import check_shapes, check_windows
+from kvbench.hf.group_pool import GroupedKVPools, grouped_pool_bytes, layer_groups_of
 from kvbench.hf.probe import probe_layers
 from kvbench.hf.model import DTYPES, build_model
 from kvbench.hf.host_tier import HostTierPool
@@ -119,7 +126,7 @@ class HFExecutor:
 
     def __init__(self, model_cfg, engine_cfg, *, num_slots: int, block_size: int, geometry: KVGeometry,
                  device: str = "auto", seed: int = 0, backend_cfg=None, model=None, gpu_cfg=None,
-                 system_cfg=None) -> None:
+                 system_cfg=None, kv_layout: list[tuple] | None = None) -> None:
         self.device = resolve_device(device)
         self.cost = virtual_clock(model_cfg, engine_cfg, gpu_cfg, system_cfg, geometry=geometry)
         self.cuda = self.device == "cuda"
@@ -159,12 +166,37 @@ class HFExecutor:
             log.warning("model %s (MLA): the hf pool stores K/V expanded per head, %d bytes per slot, %.1fx the "
                         "%d bytes of the latent the metrics count", model_cfg.name, geometry.pool_bytes_per_slot,
                         geometry.pool_bytes_per_slot / geometry.bytes_per_slot, geometry.bytes_per_slot)
-        self.pool = KVPool(num_layers=geometry.num_layers, num_slots=self.num_slots, block_size=self.block_size,
-                           num_kv_heads=geometry.num_kv_heads, head_size=geometry.head_size,
-                           v_head_size=geometry.value_head_size, dtype=DTYPES[geometry.dtype], device=self.device)
+        self.grouped: GroupedKVPools | None = None  # a KV pool per layer group (kv_layout of two groups or more)
+        if kv_layout is not None and len(kv_layout) > 1:
+            layer_group = layer_groups_of(geometry.windows, geometry.num_layers, kv_layout)
+            self._check_grouped_bytes(kv_layout, layer_group, geometry, str(model_cfg.name))
+            self.grouped = GroupedKVPools(
+                layout=list(kv_layout), layer_group=layer_group, block_size=self.block_size,
+                num_kv_heads=geometry.num_kv_heads, head_size=geometry.head_size, v_head_size=geometry.value_head_size,
+                dtype=DTYPES[geometry.dtype], device=self.device)
+            self.pool = self.grouped.pools[0]
+        else:
+            self.pool = KVPool(num_layers=geometry.num_layers, num_slots=self.num_slots, block_size=self.block_size,
+                               num_kv_heads=geometry.num_kv_heads, head_size=geometry.head_size,
+                               v_head_size=geometry.value_head_size, dtype=DTYPES[geometry.dtype], device=self.device)
         self.host_tier: HostTierPool | None = None  # the offload host tier's real K/V (attach_host_tier)
         self.sampler = Sampler(SamplingParams.from_cfg(backend_cfg), seed=int(seed))
         self.timer = LayerTimer(self.cuda)
+
+    def _check_grouped_bytes(self, layout, layer_group: list[int], geometry: KVGeometry, name: str) -> None:
+        """The per-group tensors hold a block for every id a group may name: more than the run's KV bytes
+        (warned); on CUDA refused when they would not fit the free device memory."""
+        layer_bytes = geometry.pool_bytes_per_slot // geometry.num_layers
+        grouped = grouped_pool_bytes(layout, layer_group, self.block_size, layer_bytes)
+        books = self.num_slots * geometry.pool_bytes_per_slot
+        if grouped > books:
+            log.warning("model %s: the hf per-layer-group KV tensors take %d bytes, %.1fx the %d bytes of the "
+                        "allocator's books (every group has room for every block id it may name)", name, grouped,
+                        grouped / books, books)
+        if self.cuda and grouped > torch.cuda.mem_get_info()[0] - CUDA_RESERVED_BYTES:
+            raise ConfigError(f"model {name}: the per-layer-group KV tensors need {grouped / 2**30:.1f} GiB "
+                              f"({grouped / books:.1f}x engine.kv_cache_bytes), more than the free GPU memory; "
+                              f"lower engine.kv_cache_bytes")
 
     def stop_token_ids(self, model_cfg) -> tuple[int, ...]:
         """EOS ids for workload.ignore_eos=false: model.eos_token_id (an id or a list), else the loaded
@@ -181,6 +213,9 @@ class HFExecutor:
     def attach_host_tier(self, num_chunks: int, chunk_blocks: int) -> None:
         """Hold the offload host tier's chunks in host memory (pinned with CUDA); the engine passes
         the tier's copies on each batch (``StepBatch.tier_copies``)."""
+        if self.grouped is not None:
+            raise ConfigError("the offload host tier moves one block table's slots; a mixed model's layer groups "
+                              "keep a table each on backend=hf")
         self.host_tier = HostTierPool(self.pool, num_chunks, chunk_blocks)
 
     # -- one step --------------------------------------------------------------------------------
@@ -189,6 +224,9 @@ class HFExecutor:
         if batch.block_size != self.block_size:
             raise ValueError(f"batch block_size {batch.block_size} differs from the pool's {self.block_size}")
         timings = dict.fromkeys(("attention_s", "forward_s", "sampling_s", "copy_s", "swap_s"), 0.0)
+        if self.grouped is not None and (batch.copy_ops or batch.swap_out or batch.swap_in or batch.tier_copies):
+            raise RuntimeError("copy ops, swaps and host-tier copies name one layer group's slots; the hf executor "
+                               "does not move a mixed model's per-group K/V")
         with torch.inference_mode():
             if batch.tier_copies:  # host tier stores and drops: before anything writes a block
                 t = self._now()
@@ -290,11 +328,32 @@ class HFExecutor:
         if self.cuda:
             host = {k: v.pin_memory().to(dev, non_blocking=True) for k, v in host.items()}
         plan = None
-        if self.batched_torch:
+        if self.batched_torch and self.grouped is None:
             plan = TorchAttentionPlan(starts=starts, context=context, tables=tables, block_size=bs,
                                       num_kv_heads=self.pool.key_caches[0].shape[2], device=torch.device(dev))
+        key_caches, value_caches, layer_tables = self.pool.key_caches, self.pool.value_caches, None
+        if self.grouped is not None:
+            key_caches, value_caches = self.grouped.key_caches, self.grouped.value_caches
+            layer_tables = self._group_tables(batch, context, q_lens, positions)
         step = StepAttention(
-            key_caches=self.pool.key_caches, value_caches=self.pool.value_caches, slot_mapping=host["slots"],
+            key_caches=key_caches, value_caches=value_caches, slot_mapping=host["slots"],
             block_tables=host["tables"], context_lens=host["context"], query_start_loc=host["starts"],
-            store_kv=self.ops.store_kv, paged_attention=self.ops.paged_attention, timer=self.timer, plan=plan)
+            store_kv=self.ops.store_kv, paged_attention=self.ops.paged_attention, timer=self.timer, plan=plan,
+            layer_tables=layer_tables)
         return step, host["input_ids"], host["positions"], host["rows"], sampled
+
+    def _group_tables(self, batch: StepBatch, context: np.ndarray, q_lens: np.ndarray, positions: np.ndarray):
+        """Per layer, its layer group's (slot mapping, block tables, torch plan or None) of this step."""
+        if batch.group_tables is None:
+            raise ValueError("a mixed model's step needs every layer group's block tables (StepBatch.group_tables)")
+        seq_ids = [c.seq_id for c in batch.chunks]
+        dev = torch.device(self.device)
+        starts = np.concatenate(([0], np.cumsum(q_lens)))
+        per_group = []
+        for tables, slots in self.grouped.step_tables(seq_ids, batch.group_tables, context, q_lens, positions):
+            plan = None
+            if self.batched_torch:
+                plan = TorchAttentionPlan(starts=starts, context=context, tables=tables, block_size=self.block_size,
+                                          num_kv_heads=self.pool.key_caches[0].shape[2], device=dev)
+            per_group.append((torch.from_numpy(slots).to(dev), torch.from_numpy(tables).to(dev), plan))
+        return [per_group[g] for g in self.grouped.layer_group]

@@ -83,6 +83,9 @@ class StepAttention:
     timer: LayerTimer
     plan: TorchAttentionPlan | None = None  # set: the batched torch path instead of the kernels
     calls: int = field(default=0)
+    # per layer (slot_mapping, block_tables, plan) of its layer group, when the groups keep tables of their
+    # own (kvbench.hf.group_pool); None: every layer reads the fields above
+    layer_tables: list[tuple] | None = None
 
 
 _active: StepAttention | None = None
@@ -118,13 +121,16 @@ def paged_attention_forward(module, query, key, value, attention_mask=None, scal
     v = value[0].transpose(0, 1)
     key_cache, value_cache = step.key_caches[layer], step.value_caches[layer]
     out = torch.empty((q.shape[0], q.shape[1], v.shape[2]), dtype=q.dtype, device=q.device)
-    if step.plan is not None:
-        torch_attention.store_kv(k, v, key_cache, value_cache, step.slot_mapping)
-        torch_attention.attention(step.plan, query[0], key[0], value[0], key_cache, value_cache, features.scale, out,
+    slot_mapping, block_tables, plan = step.slot_mapping, step.block_tables, step.plan
+    if step.layer_tables is not None:
+        slot_mapping, block_tables, plan = step.layer_tables[layer]
+    if plan is not None:
+        torch_attention.store_kv(k, v, key_cache, value_cache, slot_mapping)
+        torch_attention.attention(plan, query[0], key[0], value[0], key_cache, value_cache, features.scale, out,
                                   window=features.window, softcap=features.softcap)
     else:
-        step.store_kv(k, v, key_cache, value_cache, step.slot_mapping)
-        step.paged_attention(q, key_cache, value_cache, step.block_tables, step.context_lens,
+        step.store_kv(k, v, key_cache, value_cache, slot_mapping)
+        step.paged_attention(q, key_cache, value_cache, block_tables, step.context_lens,
                              step.query_start_loc, features.scale, out=out, window=features.window,
                              softcap=features.softcap)
     step.timer.stop()

@@ -5,8 +5,11 @@ from ``kvbench.layer_groups``) and ``slot_bytes`` (the bytes of one pool slot, s
 strategy of a run holds the same KV bytes). On a uniform model they page exactly as ``paged``.
 A model with state layers (Mamba, linear attention) runs only on them (the others have no place
 for a request's state); ``paged_window`` needs a model whose every layer slides alike. Mixed
-models run on backend=sim with recompute preemption only (the hf attention and swap read one
-block table).
+models need recompute preemption (swap moves one block table). On backend=hf (one KV tensor per
+layer group, each layer reading its group's table: ``kvbench.hf.group_pool``) a mixed model of
+full and sliding-window layers of one shape runs, with one sample per request (a fork's
+copy-on-write names one group's slots); a family the hf attention cannot run is refused by name
+(``hf_refusal``): state layers, chunked attention, per-group head shapes, attention sinks.
 """
 from __future__ import annotations
 
@@ -32,7 +35,14 @@ def group_knobs(cfg: DictConfig, geometry: KVGeometry, knobs: dict) -> None:
                               f"that it cannot hold; use allocator {', '.join(GROUPED)}")
         return
     if mixed and cfg.backend.name != "sim":
-        raise ConfigError(hf_refusal(name, model, kinds))
+        refusal = hf_refusal(name, model, kinds)
+        if refusal is not None:
+            raise ConfigError(refusal)
+        workload = cfg.get("workload") or {}
+        if int(workload.get("n", 1) or 1) > 1 or int(workload.get("beam_width", 1) or 1) > 1:
+            raise ConfigError(f"allocator {name} on the mixed model {model.name} runs on backend=hf with "
+                              f"workload.n=1 and workload.beam_width=1 only (a fork's copy-on-write moves one "
+                              f"layer group's slots)")
     if mixed and str(cfg.engine.preemption) != "recompute":
         raise ConfigError(f"allocator {name} on the mixed model {model.name} needs engine.preemption=recompute")
     knobs["groups"] = [list(g.spec()) for g in layer_groups(model)]
@@ -42,12 +52,24 @@ def group_knobs(cfg: DictConfig, geometry: KVGeometry, knobs: dict) -> None:
         knobs.setdefault("max_model_len", int(model.max_model_len))
 
 
-def hf_refusal(name: str, model, kinds: set[str]) -> str:
-    """Why the hf backend cannot run a grouped allocator on a mixed model (one line)."""
+ATTENTION_SINK_FAMILIES = ("gpt_oss",)  # a learned per-head logit in every softmax
+
+
+def hf_refusal(name: str, model, kinds: set[str]) -> str | None:
+    """Why the hf backend cannot run a grouped allocator on a mixed model (one line); None: it can."""
     family = model.get("family") or "?"
-    why = "the hf attention reads one block table per sequence, not one per layer group"
+    shapes = [(model.get(f"full_{key}"), model.get(key)) for key in ("num_kv_heads", "head_size")]
     if "state" in kinds:
-        why += ("; and its state layers (Mamba / linear attention / short convolution) would need their own "
-                "recurrent update per request from the engine's state slots, which the hf executor does not run")
+        why = ("its state layers (Mamba / linear attention / short convolution) would need their own recurrent "
+               "update per request from the engine's state slots, which the hf executor does not run")
+    elif "chunked" in kinds:
+        why = "the hf attention has no chunked-attention mask (attention within chunks of attention_chunk_size tokens)"
+    elif any(full is not None and full != other for full, other in shapes):
+        why = ("its full and sliding layers differ in KV heads or head size (model.full_num_kv_heads / "
+               "full_head_size), and the hf pool holds one shape for every layer")
+    elif family in ATTENTION_SINK_FAMILIES:
+        why = "its attention sinks (a learned logit per head in every softmax) are not implemented by the paged hook"
+    else:
+        return None
     return (f"allocator {name} on the mixed model {model.name} ({family}: {', '.join(sorted(kinds))} groups) "
             f"runs on backend=sim only: {why}")

@@ -145,7 +145,9 @@ def prepare(cfg: DictConfig, spec: RunSpec | None = None) -> Prepared:
 
         executor = HFExecutor(cfg.model, cfg.engine, num_slots=spec.num_slots, block_size=allocator.block_size,
                               device=spec.device, seed=int(cfg.seed), backend_cfg=cfg.backend, gpu_cfg=cfg.gpu,
-                              system_cfg=cfg.get("system"), geometry=spec.geometry)
+                              system_cfg=cfg.get("system"), geometry=spec.geometry,
+                              kv_layout=allocator.attention_layout() if getattr(allocator, "per_group_tables", False)
+                              else None)
         if executor.cost is not None:
             gpu_profile = str(cfg.gpu.name)  # the profile that times the steps
         if tiers is not None:  # the host tier's chunks as real K/V in host memory
