@@ -6,7 +6,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -29,6 +28,7 @@ from kvbench.hf.sampling import Sampler, SamplingParams
 from kvbench.hf.torch_attention import TorchAttentionPlan, attention as batched_attention
 from kvbench.requests import Request
 from tests.engine_helpers import make_requests
+from tests.hf_helpers import interpreted, one_thread  # noqa: F401 (one_thread: autouse, one torch thread)
 
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = ("tiny-llama", "tiny-opt")
@@ -54,15 +54,6 @@ def model_cfg(name: str):
     cfg = OmegaConf.load(CONF_DIR / "model" / f"{name}.yaml")
     cfg.init_std = 0.2  # peaked logits: varied greedy tokens (0.02 makes tiny OPT repeat one token)
     return cfg
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny models: a second intra-op thread only adds synchronisation (and stalls on a shared CPU)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")
@@ -322,10 +313,7 @@ def test_triton_interpreter_path_matches_generate(tmp_path):
         "ref = build_model(model_cfg('tiny-llama'), seed=0, attn_implementation='sdpa')\n"
         "exp = {r.request_id: hf_generate(ref, r) for r in requests}\n"
         "print(json.dumps({'got': greedy(out), 'expected': exp}))\n")
-    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(ROOT))
-    done = subprocess.run([sys.executable, str(script)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-2000:]
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+    result = interpreted(script)
     assert result["got"] == result["expected"]
 
 

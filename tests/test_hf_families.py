@@ -23,6 +23,7 @@ from kvbench.hf.features import UnsupportedAttention, read_layer
 from kvbench.hf.model import FAMILIES, build_model
 from tests.engine_helpers import make_requests
 from tests.test_hf_executor import hf_generate
+from tests.hf_helpers import interpreted, one_thread  # noqa: F401 (one_thread: autouse, one torch thread)
 
 MAX_MODEL_LEN = 256
 SPECS = [(5, 9), (23, 14), (3, 20), (40, 6), (12, 17), (31, 11)]  # (prompt, output), up to 51 tokens
@@ -55,14 +56,6 @@ def family_cfg(family: str, **extra):
     for key, value in {**FEATURES.get(family, {}), **extra}.items():
         cfg[key] = value
     return cfg
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 _cache: dict = {}
@@ -231,10 +224,7 @@ def test_triton_interpreter_path_honours_windows_and_softcaps(tmp_path):
         "    ref = build_model(cfg, seed=0, attn_implementation='sdpa')\n"
         "    result[family] = [got, {r.request_id: hf_generate(ref, r) for r in requests}]\n"
         "print(json.dumps(result))\n")
-    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(root))
-    done = subprocess.run([sys.executable, str(script)], cwd=root, env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-2000:]
-    for family, (got, expected) in json.loads(done.stdout.strip().splitlines()[-1]).items():
+    for family, (got, expected) in interpreted(script).items():
         assert got == expected, family
 
 

@@ -11,9 +11,7 @@ table and slots. ``uniform`` pages every layer as full attention (one table).
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -30,19 +28,12 @@ from kvbench.requests import Request
 from tests.engine_helpers import make_requests
 from tests.test_hf_executor import hf_generate
 from tests.test_hf_families import MAX_MODEL_LEN, SPECS, family_cfg
+from tests.hf_helpers import interpreted, one_thread  # noqa: F401 (one_thread: autouse, one torch thread)
 
 WINDOW = 5
 LAYER_TYPES = ["sliding_attention", "sliding_attention", "full_attention", "sliding_attention"]
 BUDGET = 16
 REQUESTS = SPECS + [(9, 22), (17, 16)]  # (prompt, output)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")
@@ -162,9 +153,6 @@ def test_triton_interpreter_path_reads_each_groups_table(tmp_path):
         "ref = build_model(cfg, seed=0, attn_implementation='sdpa')\n"
         "print(json.dumps([got, {r.request_id: hf_generate(ref, r) for r in requests},\n"
         "                  alloc.stats()['window_freed_blocks']]))\n")
-    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(root))
-    done = subprocess.run([sys.executable, str(script)], cwd=root, env=env, capture_output=True, text=True, timeout=900)
-    assert done.returncode == 0, done.stderr[-2000:]
-    got, expected, freed = json.loads(done.stdout.strip().splitlines()[-1])
+    got, expected, freed = interpreted(script, timeout=900)
     assert freed > 0
     assert got == expected

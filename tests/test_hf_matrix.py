@@ -15,10 +15,10 @@ import json
 from pathlib import Path
 
 import pytest
-import torch
 
 from kvbench.hf import features
 from kvbench.hf.matrix import Outcome, decoder_types, run_type
+from tests.hf_helpers import one_thread  # noqa: F401 (autouse: one torch thread)
 
 PINNED = Path(__file__).parent / "fixtures" / "hf_family_matrix.json"
 REFUSED = {  # type -> the refusal, pinned in full
@@ -38,14 +38,6 @@ REFUSED = {  # type -> the refusal, pinned in full
                "implemented by the paged hook",
 }
 EXACT = ("llama", "deepseek_v3", "minicpm3", "modernbert-decoder", "cohere", "gpt_bigcode", "gemma2", "qwen3_moe")
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def assert_exact(outcome: Outcome) -> None:

@@ -14,6 +14,7 @@ from kvbench.engine.swap_space import HostTierSwap
 from kvbench.executors.hf import HFExecutor
 from kvbench.requests import Request
 from tests.test_hf_executor import MAX_MODEL_LEN, engine_models, greedy, model_cfg, one_thread, reference  # noqa: F401
+from tests.hf_helpers import interpreted
 
 NUM_SLOTS = 64  # 16 blocks of 4: one 46-token request at a time evicts the cached blocks of the last
 
@@ -91,11 +92,7 @@ def test_the_triton_interpreter_path_reads_the_reloaded_blocks_too(tmp_path):
         "ref = build_model(model_cfg('tiny-llama'), seed=0, attn_implementation='sdpa')\n"
         "exp = {r.request_id: hf_generate(ref, r) for r in requests}\n"
         "print(json.dumps({'got': greedy(out), 'expected': exp, 'loaded': executor.host_tier.loaded}))\n")
-    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=str(root))
-    done = subprocess.run([sys.executable, str(script)], cwd=root, env=env, capture_output=True, text=True,
-                          timeout=900)
-    assert done.returncode == 0, done.stderr[-2000:]
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+    result = interpreted(script, timeout=900)
     assert result["loaded"] > 0 and result["got"] == result["expected"]
 
 
