@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 from pathlib import Path
 
@@ -14,8 +15,8 @@ spec = importlib.util.spec_from_file_location("bench_vs_nanovllm", ROOT / "scrip
 bench = importlib.util.module_from_spec(spec)
 sys.modules["bench_vs_nanovllm"] = bench  # dataclasses look their module up
 spec.loader.exec_module(bench)
-NANO = ROOT.parent / "shared" / "peers" / "nano-vllm"
-NANO = NANO if NANO.is_dir() else Path("/work/shared/peers/nano-vllm")
+# nano-vllm's files beside the checkout (../shared/peers/nano-vllm), or where KVBENCH_NANOVLLM says
+NANO = Path(os.environ.get("KVBENCH_NANOVLLM") or ROOT.parent / "shared" / "peers" / "nano-vllm")
 
 
 def test_absent_path_skips_with_one_line(monkeypatch, capsys, tmp_path):
