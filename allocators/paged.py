@@ -223,6 +223,41 @@ class PagedAllocator(Allocator):
             out.append([(block << shift) | (t & mask)])
         return out
 
+    # -- decode runs (kvbench.engine.decode_run): many steps of one-token grows at once --------
+    def decode_run_ready(self, num_running: int) -> bool:
+        """Whether the ``num_running`` running sequences are all the live ones and no block is
+        shared: then each holds exactly the blocks its tokens fill (the class invariant), each
+        block private, and their one-token grows need a block only at a block boundary."""
+        seqs = self._seqs
+        return len(seqs) == num_running and sum([len(s.table) for s in seqs.values()]) == self._used_blocks()
+
+    def num_free_blocks(self) -> int:
+        return len(self._free)
+
+    def admit_waits(self, seq_id: int, prompt: Sequence[int], max_len: int, final_len: int | None,
+                    free_blocks: int) -> bool:
+        """Whether ``admit`` would answer LATER, changing nothing, with ``free_blocks`` free."""
+        return self._refuse(seq_id, prompt, max_len, final_len) is None \
+            and ceil_div(len(prompt), self.block_size) > free_blocks
+
+    def grow_decode_run(self, seq_ids: Sequence[int], tokens: Sequence[int], steps: int) -> None:
+        """``steps`` rounds of ``grow_many`` of one token for every sequence, in order, from the
+        state ``decode_run_ready`` accepts; ``tokens``: each one's now (the caller has checked
+        that the free blocks suffice)."""
+        mask = self._mask
+        by_phase: list[list[_PagedSeq]] = [[] for _ in range(self.block_size)]
+        seqs = [self._seqs[seq_id] for seq_id in seq_ids]
+        for seq, nt in zip(seqs, tokens):
+            by_phase[nt & mask].append(seq)  # these take a block at steps j with (nt + j) % block_size == 0
+        ref = self._ref
+        for j in range(steps):
+            for seq in by_phase[-j & mask]:
+                block = self._take_block()
+                ref[block] = 1
+                seq.table.append(block)
+        for seq in seqs:
+            seq.num_tokens += steps
+
     def _note_ids(self, seq_id: int, seq: _PagedSeq, token_ids: Sequence[int] | None) -> None:
         """Hook after a grow of ``len(token_ids)`` > 0 tokens (only when ``_tracks_ids``)."""
 

@@ -1,10 +1,11 @@
 """How many engine steps of the paper's simulated runs are pure decode (every sequence on the
-scheduler's decode fast path), and what sends the others down the general path.
+scheduler's decode fast path, or in a decode run), and what sends the others down the general path.
 
 Each sampled committed run (``scripts/verify_results.py``'s sample: ``--per-experiment``,
-``--max-wall``) is rerun from its recorded overrides with ``Scheduler.schedule`` wrapped; each
-step is classed by its batch:
+``--max-wall``) is rerun from its recorded overrides with ``Scheduler.schedule`` and
+``DecodeRuns.advance`` wrapped; each step is classed by its batch:
 
+    run         taken by a decode run (``kvbench/engine/decode_run.py``: many steps at once);
     decode      every chunk came from the decode fast path, no copy, swap or preemption;
     prefill     a prompt (or a recompute) chunk of more than one token, or a token without sampling;
     preempt     the step preempted a group;
@@ -29,7 +30,7 @@ from collections import Counter
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-CLASSES = ("decode", "prefill", "preempt", "swap/copy", "other")
+CLASSES = ("run", "decode", "prefill", "preempt", "swap/copy", "other")
 
 
 def _verify_results():
@@ -55,11 +56,12 @@ def step_class(sched, batch) -> str:
 
 def census(cfg) -> tuple[Counter, Counter]:
     """(steps, sequence-steps) of one run by class."""
-    from kvbench.run.lifecycle import run
+    from kvbench.engine.decode_run import DecodeRuns
     from kvbench.engine.scheduler import Scheduler
+    from kvbench.run.lifecycle import run
 
     steps, seq_steps = Counter(), Counter()
-    inner = Scheduler.schedule
+    inner, inner_runs = Scheduler.schedule, DecodeRuns.advance
 
     def counted(self):
         batch = inner(self)
@@ -69,12 +71,18 @@ def census(cfg) -> tuple[Counter, Counter]:
             seq_steps[kind] += len(batch.chunks)
         return batch
 
-    Scheduler.schedule = counted
+    def counted_runs(self, *args, **kwargs):
+        done, now = inner_runs(self, *args, **kwargs)
+        steps["run"] += done
+        seq_steps["run"] += done * len(self.sched.running)
+        return done, now
+
+    Scheduler.schedule, DecodeRuns.advance = counted, counted_runs
     try:
         with tempfile.TemporaryDirectory(prefix="kvbench-census-") as tmp:
             run(cfg, run_dir=Path(tmp) / "run")
     finally:
-        Scheduler.schedule = inner
+        Scheduler.schedule, DecodeRuns.advance = inner, inner_runs
     return steps, seq_steps
 
 

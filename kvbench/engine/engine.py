@@ -6,6 +6,7 @@ modelled time for ``sim``) and jumps to the next arrival when the engine is idle
 from __future__ import annotations
 
 import bisect
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -16,6 +17,7 @@ import pandas as pd
 from allocators.base import Allocator
 from kvbench.batch import StepBatch, StepResult
 from kvbench.engine.concurrency import ConcurrencyGate
+from kvbench.engine.decode_run import DecodeRuns
 from kvbench.engine.policy_metrics import policy_summary
 from kvbench.engine.recorder import Recorder, requests_frame, summarize
 from kvbench.engine.scheduler import Scheduler, SchedulerConfig
@@ -59,6 +61,7 @@ class Engine:
         self.max_concurrency = max_concurrency
         self.scheduler = scheduler_cls(cfg, allocator, need_block_tables=getattr(executor, "needs_block_tables", True),
                                        swap_space=swap_space)  # None: engine.swap_space_bytes' own pool
+        self.decode_runs = DecodeRuns.for_engine(self)  # None: every step takes the general path
 
     def run(self, requests: list[Request]) -> EngineOutput:
         sched = self.scheduler
@@ -73,6 +76,7 @@ class Engine:
         bs = self.allocator.block_size
         bs_minus_1 = bs - 1
         counts_blocks = self.allocator.block_counts() is not None  # fixed by the allocator and model
+        runs = self.decode_runs
         in_flight = lambda: len(sched.waiting) + len(sched.running) + len(sched.swapped)  # noqa: E731
         while next_arrival < len(pending) or sched.has_work():
             while (gate.has_room(in_flight(), now)  # first: the gate sees every step boundary
@@ -85,6 +89,13 @@ class Engine:
                 if next_arrival < len(pending):
                     now = pending[next_arrival].arrival_s
                 continue
+            if runs is not None:
+                steps_left = None if self.max_steps is None else self.max_steps - step - 1
+                done, now = runs.advance(now, pending[next_arrival].arrival_s if next_arrival < len(pending)
+                                         else math.inf, step, recorder, finished, steps_left)
+                if done:
+                    step += done
+                    continue
             t0 = time.perf_counter()
             sched.now = now
             batch = sched.schedule()

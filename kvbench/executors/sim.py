@@ -12,7 +12,7 @@ import random
 from kvbench.batch import StepBatch, StepResult
 from kvbench.geometry import KVGeometry
 from kvbench.hf.cost_view import cost_params
-from kvbench.sim.cost_model import TIMING_KEYS, op_constants_source, step_time, summarize
+from kvbench.sim.cost_model import TIMING_KEYS, StepSummary, op_constants_source, step_time, summarize
 from kvbench.sim.padding import padded_summary
 
 
@@ -61,6 +61,16 @@ class SimExecutor:
             extra_tokens=extra_tokens,
             timings={key: times[key] for key in TIMING_KEYS},
         )
+
+    def decode_step(self, num_seqs: int, decode_pairs: int, decode_blocks: int, block_size: int
+                    ) -> tuple[float, dict[str, float], list[int]]:
+        """``execute`` of a batch of ``num_seqs`` one-token sampling chunks with no copy, page or
+        swap work (a decode run, ``kvbench.engine.decode_run``): its duration, timings and the
+        sampled tokens in chunk order, the same draws."""
+        times = step_time(self.params, StepSummary(block_size, num_seqs, num_seqs, num_seqs, num_seqs,
+                                                   0, 0, decode_pairs, decode_blocks))
+        rand, vocab = self._rng.random, self.vocab_size
+        return times["duration_s"], {key: times[key] for key in TIMING_KEYS}, [int(rand() * vocab) for _ in range(num_seqs)]
 
     def _candidates(self, k: int) -> list[tuple[int, float]]:
         """k distinct tokens with descending logprobs of a valid distribution (sum of probs < 1):

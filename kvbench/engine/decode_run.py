@@ -1,0 +1,161 @@
+"""Decode runs: the steps in which nothing happens but one token per running sequence, at once.
+
+Between two events (an arrival, a sequence finishing, the pool running short, a group to admit)
+every step of a continuous-batching engine is the same: each running sequence decodes one token.
+On the simulator with the ``paged`` allocator such a run of steps is computed here as arrays
+(sequences x steps): context lengths, blocks read, blocks taken and the memory breakdown of each
+step; the per-sequence work (tokens, emission times, block tables) is done once per run, not once
+per step. The cost model and the step log still see every step, with the numbers the general
+path would give: the identity suite (``tests/sim_identity.py``) holds both paths to the same bits.
+
+A run starts only where the general path would make that step a plain decode of every running
+group (one sequence each, one token to compute, at least two tokens to go), with nothing
+swapped, no fork pending, no exclusive group, FCFS order, and a waiting head (if any) that the
+pool cannot take; it stops before the first step that could differ: the step in which a
+sequence finishes, the first with too few free blocks for its grows, the first that starts at
+or after the next arrival, and after ``MAX_RUN_STEPS``.
+"""
+from __future__ import annotations
+
+import time
+from types import SimpleNamespace
+
+import numpy as np
+
+from allocators.paged import PagedAllocator
+from allocators.base import MemoryUsage
+from kvbench.batch import BatchCounts
+from kvbench.engine.scheduler import Scheduler
+
+MAX_RUN_STEPS = 128  # bounds the (sequences x steps) arrays; a longer stretch is several runs
+
+
+class DecodeRuns:
+    """Advances an engine through decode runs; ``for_engine`` gives None where none can occur."""
+
+    def __init__(self, engine) -> None:
+        self.engine = engine
+        self.sched = engine.scheduler
+        self.alloc: PagedAllocator = engine.allocator
+        self.executor = engine.executor  # the simulator's: decode_step
+        self.steps_fast = 0  # steps taken by runs (read by the decode-path census)
+        self.runs = 0
+
+    @classmethod
+    def for_engine(cls, engine) -> DecodeRuns | None:
+        sched, alloc = engine.scheduler, engine.allocator
+        plain = (type(alloc) is PagedAllocator and not alloc.debug and hasattr(engine.executor, "decode_step")
+                 and type(sched) is Scheduler and not sched.order.reorders and not engine.cfg.stop_token_ids
+                 and not engine.memmap_every and engine.tiers is None and engine.load_cost is None
+                 and not engine.tier_copies and engine.max_concurrency is None)
+        return cls(engine) if plain else None
+
+    def advance(self, now: float, next_arrival_s: float, step: int, recorder, finished: int,
+                steps_left: int | None) -> tuple[int, float]:
+        """Run as many plain-decode steps as provably match the general path, from ``now`` (the
+        engine's clock at the step boundary, arrivals up to it added); records them. Returns the
+        steps taken (0: the general path takes this step) and the clock after them."""
+        sched, alloc = self.sched, self.alloc
+        running = sched.running
+        n = len(running)
+        cfg = sched.cfg
+        if not n or sched.swapped or sched.pending_forks or sched._num_exclusive \
+                or n > cfg.max_num_batched_tokens or n > cfg.max_num_seqs:
+            return 0, now
+        seqs = [g.seqs[0] for g in running if len(g.seqs) == 1 and g.forked and not g.is_beam]
+        if len(seqs) != n:
+            return 0, now
+        computed = [s.num_computed for s in seqs]
+        c = np.array(computed, dtype=np.int64)
+        if (np.array([len(s.tokens) for s in seqs]) - c != 1).any():  # each has one token to compute
+            return 0, now
+        left = min([g.output_len - s.num_generated for g, s in zip(running, seqs)])
+        if left < 2 or not alloc.decode_run_ready(n) or sched.sample_holds.final_lens():
+            return 0, now
+        steps = left - 1  # the step in which a sequence finishes runs on the general path
+        if steps_left is not None:
+            steps = min(steps, steps_left)
+        steps = min(steps, MAX_RUN_STEPS)
+        seq_ids = [s.seq_id for s in seqs]
+        bs = alloc.block_size
+        # blocks taken at step j: the sequences whose position c + j starts a block
+        per_phase = np.bincount(c % bs, minlength=bs)
+        taken = np.cumsum(per_phase[-np.arange(steps) % bs])
+        free0 = alloc.num_free_blocks()
+        steps = min(steps, int(np.searchsorted(taken, free0, side="right")))
+        if steps <= 0 or not self._head_waits(free0 - int(taken[0]), n):
+            return 0, now
+        t0 = time.perf_counter()
+        # sequences x steps: tokens each holds after step j's grow (its context in step j)
+        held = c[:, None] + np.arange(1, steps + 1)[None, :]
+        pairs = held.sum(axis=0)
+        blocks_read = ((held + bs - 1) // bs).sum(axis=0)
+        fill = held % bs  # tokens in the last, partial block (0: the last block is full)
+        partial = fill != 0
+        reach = np.clip(np.array([g.kv_final_len for g in running], dtype=np.int64)[:, None] - (held - fill), 0, bs)
+        empty_reserved = np.where(partial & (reach > fill), reach - fill, 0).sum(axis=0)
+        empty_internal = np.where(partial, np.where(reach > fill, bs - reach, bs - fill), 0).sum(axis=0)
+        partial_count = partial.sum(axis=0)
+        filled = fill.sum(axis=0)
+        used = (alloc.num_blocks - free0) + taken[:steps]
+
+        executor, record, progress = self.executor, recorder.step, self.engine.progress
+        num_waiting, num_preemptions = len(sched.waiting), sched.num_preemptions
+        slots_total = alloc.num_slots
+        times: list[float] = []
+        tokens: list[list[int]] = []
+        done = 0
+        rows = []
+        for j in range(steps):
+            if j and next_arrival_s <= now:  # an arrival joins at this boundary: the general path
+                break
+            d_pairs, d_blocks = int(pairs[j]), int(blocks_read[j])
+            duration, timings, drawn = executor.decode_step(n, d_pairs, d_blocks, bs)
+            tokens.append(drawn)
+            start = now
+            now += duration
+            times.append(now)
+            rows.append((j, start, duration, timings, d_pairs, d_blocks))
+            done += 1
+        alloc.grow_decode_run(seq_ids, computed, done)
+        for seq, drawn in zip(seqs, zip(*tokens)):
+            seq.tokens.extend(drawn)
+            seq.num_computed += done
+            seq.num_generated += done
+            seq.token_times.extend(times)
+        sched.now = rows[-1][1]
+        sched.sampled_groups = list(running)
+        sched.plain_decodes = n
+        schedule_s = (time.perf_counter() - t0) / done
+        for j, start, duration, timings, d_pairs, d_blocks in rows:
+            counts = BatchCounts(num_tokens=n, num_requests=n, num_sampled=n, num_draws=n,
+                                 decode_pairs=d_pairs, decode_blocks=d_blocks)
+            u = int(used[j])
+            usage = MemoryUsage((u - int(partial_count[j])) * bs + int(filled[j]), int(empty_reserved[j]),
+                                int(empty_internal[j]), slots_total - u * bs)
+            record(index=step + j, start_s=start, batch=SimpleNamespace(chunks=seq_ids, counts=counts, copy_ops=()),
+                   result=SimpleNamespace(duration_s=duration, timings=timings), usage=usage,
+                   logical_slots=d_pairs, blocks=(d_blocks, u), num_running=n, num_waiting=num_waiting,
+                   num_swapped=0, num_preemptions=num_preemptions, schedule_s=schedule_s, running_requests=n)
+            if progress is not None:
+                progress(finished, times[j])
+        self.steps_fast += done
+        self.runs += 1
+        return done, now
+
+    def _head_waits(self, free_blocks: int, n: int) -> bool:
+        """Whether the steps of a run leave the waiting queue as it is: no group is tried, or the
+        head is, and ``admit`` answers LATER with ``free_blocks`` free (the first step's; later
+        steps have fewer) and changes nothing."""
+        sched = self.sched
+        cfg = sched.cfg
+        budget, seq_budget = cfg.max_num_batched_tokens - n, cfg.max_num_seqs - n
+        if not sched.waiting or budget <= 0 or seq_budget <= 0:
+            return True
+        head = sched.waiting[0]
+        if not sched._may_chunk(head) and sum(s.pending for s in head.seqs) > budget:
+            return True  # the scheduler stops before trying it
+        if len(head.seqs) != 1 or head.seq_finished(head.seqs[0]):
+            return False
+        seq = head.seqs[0]
+        return self.alloc.admit_waits(seq.seq_id, seq.tokens, cfg.max_model_len, head.kv_final_len, free_blocks)

@@ -1,0 +1,74 @@
+"""Decode runs (kvbench/engine/decode_run.py) give the general path's results bit for bit."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from hydra import compose, initialize_config_dir
+
+from kvbench.config.errors import CONF_DIR
+from kvbench.engine import Engine, SchedulerConfig
+from kvbench.run.prepare import prepare
+
+SETTINGS = {
+    # light load: runs end at arrivals and finishes
+    "rate": ["workload=sharegpt", "workload.request_rate=2.0", "workload.duration_s=40"],
+    # everything at t=0 in a small pool: a waiting head that does not fit, preemptions, short runs
+    "pressure": ["workload=sharegpt", "workload.num_requests=120", "engine.kv_cache_bytes=1.6384e9"],
+    # block size 32 and a batch-size cap that leaves groups waiting with room in the pool
+    "capped": ["workload=sharegpt", "workload.num_requests=80", "allocator.block_size=32", "engine.max_num_seqs=12"],
+}
+
+
+def engine_for(overrides: list[str], runs: bool, **kwargs):
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose(config_name="config", overrides=["allocator=paged", "backend=sim", "model=opt-13b",
+                                                       "gpu=a100-40gb", "progress=false", "logger=none", *overrides])
+    prep = prepare(cfg)
+    sched_cfg = SchedulerConfig(max_num_seqs=int(cfg.engine.max_num_seqs), max_model_len=int(cfg.model.max_model_len))
+    engine = Engine(prep.allocator, prep.executor, sched_cfg, **kwargs)
+    if not runs:
+        engine.decode_runs = None
+    return engine, prep.workload.requests
+
+
+def without_wall_time(steps: pd.DataFrame) -> pd.DataFrame:
+    return steps.drop(columns=["schedule_s"])
+
+
+@pytest.mark.parametrize("setting", sorted(SETTINGS))
+def test_runs_match_the_general_path(setting):
+    fast, requests = engine_for(SETTINGS[setting], runs=True)
+    slow, same_requests = engine_for(SETTINGS[setting], runs=False)
+    out_fast, out_slow = fast.run(requests), slow.run(same_requests)
+    assert fast.decode_runs.steps_fast > len(out_fast.steps) // 4  # runs took a real share of the steps
+    pd.testing.assert_frame_equal(without_wall_time(out_fast.steps), without_wall_time(out_slow.steps), check_exact=True)
+    times = "token_times_s"  # per sample arrays: compared one by one
+    pd.testing.assert_frame_equal(out_fast.requests.drop(columns=[times]), out_slow.requests.drop(columns=[times]),
+                                  check_exact=True)
+    for mine, theirs in zip(out_fast.requests[times], out_slow.requests[times], strict=True):
+        assert len(mine) == len(theirs) and all(np.array_equal(a, b) for a, b in zip(mine, theirs))
+    assert out_fast.outputs == out_slow.outputs
+    volatile = {"schedule_s_per_token", "wall_s"}
+    assert {k: v for k, v in out_fast.summary.items() if k not in volatile} == \
+        {k: v for k, v in out_slow.summary.items() if k not in volatile}
+
+
+def test_progress_and_max_steps_see_every_step():
+    calls = {True: [], False: []}
+    for runs in (True, False):
+        engine, requests = engine_for(SETTINGS["rate"], runs, max_steps=700,
+                                      progress=lambda done, now, runs=runs: calls[runs].append((done, now)))
+        with pytest.raises(RuntimeError, match="max_steps=700"):
+            engine.run(requests)
+    assert calls[True] == calls[False] and len(calls[True]) == 700
+
+
+def test_runs_only_where_every_step_is_the_same():
+    engine, _ = engine_for(["allocator=paged_prefix"], runs=True)
+    assert engine.decode_runs is None  # prefix caching notes the ids of every grow
+    engine, _ = engine_for([], runs=True)
+    assert engine.decode_runs is not None
+    stops = Engine(engine.allocator, engine.executor, SchedulerConfig(stop_token_ids=(2,)))
+    assert stops.decode_runs is None  # a sampled stop token ends a sequence at any step
+    assert Engine(engine.allocator, engine.executor, SchedulerConfig(), memmap_every=4).decode_runs is None
