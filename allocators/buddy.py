@@ -73,6 +73,10 @@ class BuddyAllocator(RegionAllocator):
                 return order
         raise AssertionError(f"block {block} is outside every arena")
 
+    def _has_region(self, nblocks: int) -> bool:
+        free = self._free
+        return any(free[j] for j in range(nblocks.bit_length() - 1, self.max_order + 1))
+
     def _take_region(self, nblocks: int) -> int | None:
         order = nblocks.bit_length() - 1
         free = self._free

@@ -42,6 +42,9 @@ class ContiguousAllocator(RegionAllocator):
     def _round_blocks(self, nblocks: int) -> int:
         return nblocks
 
+    def _has_region(self, nblocks: int) -> bool:
+        return any(length >= nblocks for length in self._hole_lens)
+
     def _take_region(self, nblocks: int) -> int | None:
         lens = self._hole_lens
         for i, length in enumerate(lens):

@@ -33,6 +33,8 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from allocators.base import (
     Admission,
     Allocator,
@@ -231,14 +233,38 @@ class PagedAllocator(Allocator):
         seqs = self._seqs
         return len(seqs) == num_running and sum([len(s.table) for s in seqs.values()]) == self._used_blocks()
 
-    def num_free_blocks(self) -> int:
-        return len(self._free)
+    def decode_run_room(self, seq_ids: Sequence[int], tokens: np.ndarray, steps: int) -> tuple[int, int]:
+        """Of ``steps`` rounds of one-token grows of sequences holding ``tokens``: how many fit
+        in the free blocks, and the blocks the first round takes."""
+        mask = self._mask
+        taken = np.cumsum(np.bincount(tokens & mask, minlength=self.block_size)[-np.arange(steps) & mask])
+        return int(np.searchsorted(taken, len(self._free), side="right")), int(taken[0]) if steps else 0
+
+    def decode_run_books(self, seq_ids: Sequence[int], tokens: np.ndarray, finals: np.ndarray, steps: int
+                         ) -> list[tuple[MemoryUsage, tuple[int, int]]]:
+        """``usage`` and the per-sequence and distinct block counts after each round of a run
+        (as ``_partial_blocks``: every block private, one partial block per sequence at most)."""
+        bs = self.block_size
+        held = tokens[:, None] + np.arange(1, steps + 1)[None, :]  # sequences x rounds
+        fill = held & self._mask  # tokens in the last block (0: it is full)
+        partial = fill != 0
+        reach = np.clip(finals[:, None] - (held - fill), 0, bs)
+        reserved = np.where(partial & (reach > fill), reach - fill, 0).sum(axis=0).tolist()
+        internal = np.where(partial, np.where(reach > fill, bs - reach, bs - fill), 0).sum(axis=0).tolist()
+        partial_count, filled = partial.sum(axis=0).tolist(), fill.sum(axis=0).tolist()
+        per_seq = ((held + self._mask) >> self._shift).sum(axis=0).tolist()  # all blocks in use (ready)
+        out = []
+        for j in range(steps):
+            u = per_seq[j]
+            usage = MemoryUsage((u - partial_count[j]) * bs + filled[j], reserved[j], internal[j], self.num_slots - u * bs)
+            out.append((usage, (u, u)))
+        return out
 
     def admit_waits(self, seq_id: int, prompt: Sequence[int], max_len: int, final_len: int | None,
-                    free_blocks: int) -> bool:
-        """Whether ``admit`` would answer LATER, changing nothing, with ``free_blocks`` free."""
+                    taken: int) -> bool:
+        """Whether ``admit`` would answer LATER, changing nothing, after ``taken`` more blocks go."""
         return self._refuse(seq_id, prompt, max_len, final_len) is None \
-            and ceil_div(len(prompt), self.block_size) > free_blocks
+            and ceil_div(len(prompt), self.block_size) > len(self._free) - taken
 
     def grow_decode_run(self, seq_ids: Sequence[int], tokens: Sequence[int], steps: int) -> None:
         """``steps`` rounds of ``grow_many`` of one token for every sequence, in order, from the

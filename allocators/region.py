@@ -42,6 +42,8 @@ import abc
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from allocators.base import (
     Admission,
     Allocator,
@@ -114,6 +116,10 @@ class RegionAllocator(Allocator):
     @abc.abstractmethod
     def _give_region(self, start_block: int, nblocks: int) -> None:
         """Return a region to the free space."""
+
+    @abc.abstractmethod
+    def _has_region(self, nblocks: int) -> bool:
+        """Whether ``_take_region(nblocks)`` would succeed now (it changes nothing)."""
 
     @abc.abstractmethod
     def _free_block_count(self) -> int:
@@ -228,6 +234,45 @@ class RegionAllocator(Allocator):
         seq.start_block, seq.nblocks = start_block, nblocks
         seq.start, seq.capacity = start_block * self.block_size, nblocks * self.block_size
         return True
+
+    # -- decode runs (kvbench.engine.decode_run): many rounds of one-token grows at once -------
+    def decode_run_ready(self, num_running: int) -> bool:
+        """Whether the ``num_running`` running sequences are all the live ones."""
+        return len(self._seqs) == num_running
+
+    def decode_run_room(self, seq_ids: Sequence[int], tokens, steps: int) -> tuple[int, int]:
+        """Of ``steps`` rounds of one-token grows: how many fit in the regions (no move), and
+        the blocks the first round takes (none)."""
+        seqs = self._seqs
+        return min(steps, min([seqs[i].capacity - n for i, n in zip(seq_ids, tokens.tolist())])), 0
+
+    def decode_run_books(self, seq_ids: Sequence[int], tokens, finals, steps: int) -> list[tuple[MemoryUsage, None]]:
+        """``usage`` after each round of a run (no block counts: regions are not shared)."""
+        caps = np.array([self._seqs[i].capacity for i in seq_ids], dtype=np.int64)
+        held = tokens[:, None] + np.arange(1, steps + 1)[None, :]
+        fill_to = np.minimum(finals, caps)[:, None]
+        token = held.sum(axis=0).tolist()
+        reserved = np.where(fill_to > held, fill_to - held, 0).sum(axis=0).tolist()
+        allocated = sum(seq.capacity for seq in self._seqs.values())
+        return [(MemoryUsage(token[j], reserved[j], allocated - token[j] - reserved[j], self.num_slots - allocated), None)
+                for j in range(steps)]
+
+    def admit_waits(self, seq_id: int, prompt: Sequence[int], max_len: int, final_len: int | None,
+                    taken: int) -> bool:
+        """Whether ``admit`` would answer LATER, changing nothing (runs take no blocks)."""
+        if seq_id in self._seqs or len(prompt) > max_len or max_len > self.max_model_len \
+                or (final_len is not None and final_len > max_len and self.reserve in FINAL_LEN_POLICIES):
+            return False
+        try:
+            nblocks = self._blocks_for(self._reserve_tokens(len(prompt), len(prompt), max_len, final_len))
+        except AllocatorError:
+            return False
+        return nblocks <= self._max_region_blocks and not self._has_region(nblocks)
+
+    def grow_decode_run(self, seq_ids: Sequence[int], tokens: Sequence[int], steps: int) -> None:
+        """``steps`` rounds of one-token grows, all inside their regions."""
+        for seq_id in seq_ids:
+            self._seqs[seq_id].num_tokens += steps
 
     def fork(self, parent_id: int, child_id: int, final_len: int | None = None) -> bool:
         """The child gets its own region (same policy, sized for the parent's tokens) and a CopyOp."""

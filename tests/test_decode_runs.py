@@ -12,17 +12,21 @@ from kvbench.run.prepare import prepare
 
 SETTINGS = {
     # light load: runs end at arrivals and finishes
-    "rate": ["workload=sharegpt", "workload.request_rate=2.0", "workload.duration_s=40"],
+    "rate": ["allocator=paged", "workload=sharegpt", "workload.request_rate=2.0", "workload.duration_s=40"],
     # everything at t=0 in a small pool: a waiting head that does not fit, preemptions, short runs
-    "pressure": ["workload=sharegpt", "workload.num_requests=120", "engine.kv_cache_bytes=1.6384e9"],
+    "pressure": ["allocator=paged", "workload=sharegpt", "workload.num_requests=120", "engine.kv_cache_bytes=1.6384e9"],
     # block size 32 and a batch-size cap that leaves groups waiting with room in the pool
-    "capped": ["workload=sharegpt", "workload.num_requests=80", "allocator.block_size=32", "engine.max_num_seqs=12"],
+    "capped": ["allocator=paged", "workload=sharegpt", "workload.num_requests=80", "allocator.block_size=32", "engine.max_num_seqs=12"],
+    # the region allocators: a buddy reserving the maximum (Orca (Max)), a contiguous oracle
+    "orca-max": ["allocator=orca-max", "workload=sharegpt", "workload.request_rate=2.0", "workload.duration_s=40"],
+    "contiguous-oracle": ["allocator=contiguous", "allocator.reserve=oracle", "workload=sharegpt",
+                          "workload.num_requests=120", "engine.kv_cache_bytes=1.6384e9"],
 }
 
 
 def engine_for(overrides: list[str], runs: bool, **kwargs):
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        cfg = compose(config_name="config", overrides=["allocator=paged", "backend=sim", "model=opt-13b",
+        cfg = compose(config_name="config", overrides=["backend=sim", "model=opt-13b",
                                                        "gpu=a100-40gb", "progress=false", "logger=none", *overrides])
     prep = prepare(cfg)
     sched_cfg = SchedulerConfig(max_num_seqs=int(cfg.engine.max_num_seqs), max_model_len=int(cfg.model.max_model_len))
@@ -67,7 +71,7 @@ def test_progress_and_max_steps_see_every_step():
 def test_runs_only_where_every_step_is_the_same():
     engine, _ = engine_for(["allocator=paged_prefix"], runs=True)
     assert engine.decode_runs is None  # prefix caching notes the ids of every grow
-    engine, _ = engine_for([], runs=True)
+    engine, _ = engine_for(["allocator=paged"], runs=True)
     assert engine.decode_runs is not None
     stops = Engine(engine.allocator, engine.executor, SchedulerConfig(stop_token_ids=(2,)))
     assert stops.decode_runs is None  # a sampled stop token ends a sequence at any step

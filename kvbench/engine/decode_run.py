@@ -22,8 +22,9 @@ from types import SimpleNamespace
 
 import numpy as np
 
+from allocators.buddy import BuddyAllocator
+from allocators.contiguous import ContiguousAllocator
 from allocators.paged import PagedAllocator
-from allocators.base import MemoryUsage
 from kvbench.batch import BatchCounts
 from kvbench.engine.scheduler import Scheduler
 
@@ -36,7 +37,7 @@ class DecodeRuns:
     def __init__(self, engine) -> None:
         self.engine = engine
         self.sched = engine.scheduler
-        self.alloc: PagedAllocator = engine.allocator
+        self.alloc = engine.allocator  # paged or a region allocator: their decode_run_* books
         self.executor = engine.executor  # the simulator's: decode_step
         self.steps_fast = 0  # steps taken by runs (read by the decode-path census)
         self.runs = 0
@@ -44,7 +45,7 @@ class DecodeRuns:
     @classmethod
     def for_engine(cls, engine) -> DecodeRuns | None:
         sched, alloc = engine.scheduler, engine.allocator
-        plain = (type(alloc) is PagedAllocator and not alloc.debug and hasattr(engine.executor, "decode_step")
+        plain = (type(alloc) in (PagedAllocator, ContiguousAllocator, BuddyAllocator) and not alloc.debug and hasattr(engine.executor, "decode_step")
                  and type(sched) is Scheduler and not sched.order.reorders and not engine.cfg.stop_token_ids
                  and not engine.memmap_every and engine.tiers is None and engine.load_cost is None
                  and not engine.tier_copies and engine.max_concurrency is None)
@@ -77,65 +78,47 @@ class DecodeRuns:
             steps = min(steps, steps_left)
         steps = min(steps, MAX_RUN_STEPS)
         seq_ids = [s.seq_id for s in seqs]
-        bs = alloc.block_size
-        # blocks taken at step j: the sequences whose position c + j starts a block
-        per_phase = np.bincount(c % bs, minlength=bs)
-        taken = np.cumsum(per_phase[-np.arange(steps) % bs])
-        free0 = alloc.num_free_blocks()
-        steps = min(steps, int(np.searchsorted(taken, free0, side="right")))
-        if steps <= 0 or not self._head_waits(free0 - int(taken[0]), n):
+        steps, first_taken = alloc.decode_run_room(seq_ids, c, steps)
+        if steps <= 0 or not self._head_waits(first_taken, n):
             return 0, now
         t0 = time.perf_counter()
-        # sequences x steps: tokens each holds after step j's grow (its context in step j)
-        held = c[:, None] + np.arange(1, steps + 1)[None, :]
-        pairs = held.sum(axis=0)
-        blocks_read = ((held + bs - 1) // bs).sum(axis=0)
-        fill = held % bs  # tokens in the last, partial block (0: the last block is full)
-        partial = fill != 0
-        reach = np.clip(np.array([g.kv_final_len for g in running], dtype=np.int64)[:, None] - (held - fill), 0, bs)
-        empty_reserved = np.where(partial & (reach > fill), reach - fill, 0).sum(axis=0)
-        empty_internal = np.where(partial, np.where(reach > fill, bs - reach, bs - fill), 0).sum(axis=0)
-        partial_count = partial.sum(axis=0)
-        filled = fill.sum(axis=0)
-        used = (alloc.num_blocks - free0) + taken[:steps]
-
-        executor, record, progress = self.executor, recorder.step, self.engine.progress
-        num_waiting, num_preemptions = len(sched.waiting), sched.num_preemptions
-        slots_total = alloc.num_slots
+        held = c[:, None] + np.arange(1, steps + 1)[None, :]  # sequences x steps: each one's context in step j
+        pairs = held.sum(axis=0).tolist()
+        bs = alloc.block_size
+        blocks_read = ((held + bs - 1) // bs).sum(axis=0).tolist()
+        executor = self.executor
         times: list[float] = []
-        tokens: list[list[int]] = []
-        done = 0
-        rows = []
+        starts: list[float] = []
+        drawn: list[tuple] = []
         for j in range(steps):
             if j and next_arrival_s <= now:  # an arrival joins at this boundary: the general path
                 break
-            d_pairs, d_blocks = int(pairs[j]), int(blocks_read[j])
-            duration, timings, drawn = executor.decode_step(n, d_pairs, d_blocks, bs)
-            tokens.append(drawn)
-            start = now
+            duration, timings, tokens = executor.decode_step(n, pairs[j], blocks_read[j], bs)
+            drawn.append((duration, timings, tokens))
+            starts.append(now)
             now += duration
             times.append(now)
-            rows.append((j, start, duration, timings, d_pairs, d_blocks))
-            done += 1
+        done = len(times)
+        books = alloc.decode_run_books(seq_ids, c, np.array([g.kv_final_len for g in running], dtype=np.int64), done)
         alloc.grow_decode_run(seq_ids, computed, done)
-        for seq, drawn in zip(seqs, zip(*tokens)):
-            seq.tokens.extend(drawn)
+        for seq, tokens in zip(seqs, zip(*[d[2] for d in drawn])):
+            seq.tokens.extend(tokens)
             seq.num_computed += done
             seq.num_generated += done
             seq.token_times.extend(times)
-        sched.now = rows[-1][1]
+        sched.now = starts[-1]
         sched.sampled_groups = list(running)
         sched.plain_decodes = n
         schedule_s = (time.perf_counter() - t0) / done
-        for j, start, duration, timings, d_pairs, d_blocks in rows:
+        record, progress = recorder.step, self.engine.progress
+        num_waiting, num_preemptions = len(sched.waiting), sched.num_preemptions
+        for j, (duration, timings, _) in enumerate(drawn):
             counts = BatchCounts(num_tokens=n, num_requests=n, num_sampled=n, num_draws=n,
-                                 decode_pairs=d_pairs, decode_blocks=d_blocks)
-            u = int(used[j])
-            usage = MemoryUsage((u - int(partial_count[j])) * bs + int(filled[j]), int(empty_reserved[j]),
-                                int(empty_internal[j]), slots_total - u * bs)
-            record(index=step + j, start_s=start, batch=SimpleNamespace(chunks=seq_ids, counts=counts, copy_ops=()),
+                                 decode_pairs=pairs[j], decode_blocks=blocks_read[j])
+            usage, blocks = books[j]
+            record(index=step + j, start_s=starts[j], batch=SimpleNamespace(chunks=seq_ids, counts=counts, copy_ops=()),
                    result=SimpleNamespace(duration_s=duration, timings=timings), usage=usage,
-                   logical_slots=d_pairs, blocks=(d_blocks, u), num_running=n, num_waiting=num_waiting,
+                   logical_slots=pairs[j], blocks=blocks, num_running=n, num_waiting=num_waiting,
                    num_swapped=0, num_preemptions=num_preemptions, schedule_s=schedule_s, running_requests=n)
             if progress is not None:
                 progress(finished, times[j])
@@ -143,10 +126,10 @@ class DecodeRuns:
         self.runs += 1
         return done, now
 
-    def _head_waits(self, free_blocks: int, n: int) -> bool:
+    def _head_waits(self, taken: int, n: int) -> bool:
         """Whether the steps of a run leave the waiting queue as it is: no group is tried, or the
-        head is, and ``admit`` answers LATER with ``free_blocks`` free (the first step's; later
-        steps have fewer) and changes nothing."""
+        head is, and ``admit`` answers LATER and changes nothing once the first step has taken
+        ``taken`` blocks (later steps leave less room)."""
         sched = self.sched
         cfg = sched.cfg
         budget, seq_budget = cfg.max_num_batched_tokens - n, cfg.max_num_seqs - n
@@ -158,4 +141,4 @@ class DecodeRuns:
         if len(head.seqs) != 1 or head.seq_finished(head.seqs[0]):
             return False
         seq = head.seqs[0]
-        return self.alloc.admit_waits(seq.seq_id, seq.tokens, cfg.max_model_len, head.kv_final_len, free_blocks)
+        return self.alloc.admit_waits(seq.seq_id, seq.tokens, cfg.max_model_len, head.kv_final_len, taken)
