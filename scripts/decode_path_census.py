@@ -72,10 +72,11 @@ def census(cfg) -> tuple[Counter, Counter]:
         return batch
 
     def counted_runs(self, *args, **kwargs):
-        done, now = inner_runs(self, *args, **kwargs)
+        running = len(self.sched.running)
+        done, now, ended = inner_runs(self, *args, **kwargs)
         steps["run"] += done
-        seq_steps["run"] += done * len(self.sched.running)
-        return done, now
+        seq_steps["run"] += done * running
+        return done, now, ended
 
     Scheduler.schedule, DecodeRuns.advance = counted, counted_runs
     try:

@@ -17,6 +17,8 @@ SETTINGS = {
     "pressure": ["allocator=paged", "workload=sharegpt", "workload.num_requests=120", "engine.kv_cache_bytes=1.6384e9"],
     # block size 32 and a batch-size cap that leaves groups waiting with room in the pool
     "capped": ["allocator=paged", "workload=sharegpt", "workload.num_requests=80", "allocator.block_size=32", "engine.max_num_seqs=12"],
+    # conversations: a finished turn releases the next one (a run may end with that finish)
+    "multiturn": ["allocator=paged", "workload=multiturn", "workload.num_requests=40", "workload.think_time_s=0.5"],
     # the region allocators: a buddy reserving the maximum (Orca (Max)), a contiguous oracle
     "orca-max": ["allocator=orca-max", "workload=sharegpt", "workload.request_rate=2.0", "workload.duration_s=40"],
     "contiguous-oracle": ["allocator=contiguous", "allocator.reserve=oracle", "workload=sharegpt",

@@ -52,35 +52,36 @@ class DecodeRuns:
         return cls(engine) if plain else None
 
     def advance(self, now: float, next_arrival_s: float, step: int, recorder, finished: int,
-                steps_left: int | None) -> tuple[int, float]:
+                steps_left: int | None) -> tuple[int, float, int]:
         """Run as many plain-decode steps as provably match the general path, from ``now`` (the
         engine's clock at the step boundary, arrivals up to it added); records them. Returns the
-        steps taken (0: the general path takes this step) and the clock after them."""
+        steps taken (0: the general path takes this step), the clock after them and the groups
+        that finished (in the last step; their next turns wait in ``engine._released``)."""
         sched, alloc = self.sched, self.alloc
         running = sched.running
         n = len(running)
         cfg = sched.cfg
         if not n or sched.swapped or sched.pending_forks or sched._num_exclusive \
                 or n > cfg.max_num_batched_tokens or n > cfg.max_num_seqs:
-            return 0, now
+            return 0, now, 0
         seqs = [g.seqs[0] for g in running if len(g.seqs) == 1 and g.forked and not g.is_beam]
         if len(seqs) != n:
-            return 0, now
+            return 0, now, 0
         computed = [s.num_computed for s in seqs]
         c = np.array(computed, dtype=np.int64)
         if (np.array([len(s.tokens) for s in seqs]) - c != 1).any():  # each has one token to compute
-            return 0, now
+            return 0, now, 0
         left = min([g.output_len - s.num_generated for g, s in zip(running, seqs)])
-        if left < 2 or not alloc.decode_run_ready(n) or sched.sample_holds.final_lens():
-            return 0, now
-        steps = left - 1  # the step in which a sequence finishes runs on the general path
+        if not alloc.decode_run_ready(n) or sched.sample_holds.final_lens():
+            return 0, now, 0
+        steps = left  # the last step may be one in which sequences finish
         if steps_left is not None:
             steps = min(steps, steps_left)
         steps = min(steps, MAX_RUN_STEPS)
         seq_ids = [s.seq_id for s in seqs]
         steps, first_taken = alloc.decode_run_room(seq_ids, c, steps)
         if steps <= 0 or not self._head_waits(first_taken, n):
-            return 0, now
+            return 0, now, 0
         t0 = time.perf_counter()
         held = c[:, None] + np.arange(1, steps + 1)[None, :]  # sequences x steps: each one's context in step j
         pairs = held.sum(axis=0).tolist()
@@ -109,22 +110,33 @@ class DecodeRuns:
         sched.now = starts[-1]
         sched.sampled_groups = list(running)
         sched.plain_decodes = n
+        engine = self.engine
+        ended = []
+        if done == left:  # the last step's finishers, as _process finishes them: in chunk order
+            ended = [(g, s) for g, s in zip(running, seqs) if s.num_generated >= g.output_len]
+            for group, seq in ended:
+                engine._finish(group, seq.tokens, now)
         schedule_s = (time.perf_counter() - t0) / done
-        record, progress = recorder.step, self.engine.progress
+        record, progress = recorder.step, engine.progress
         num_waiting, num_preemptions = len(sched.waiting), sched.num_preemptions
+        last = done - 1
         for j, (duration, timings, _) in enumerate(drawn):
             counts = BatchCounts(num_tokens=n, num_requests=n, num_sampled=n, num_draws=n,
                                  decode_pairs=pairs[j], decode_blocks=blocks_read[j])
             usage, blocks = books[j]
+            if j == last and ended:  # the step log reads the blocks and sequences left after the finishes
+                blocks = engine._computed_blocks(blocks_read[j] - sum([-(-s.num_computed // bs) for _, s in ended]))
+                finished += len(ended)
             record(index=step + j, start_s=starts[j], batch=SimpleNamespace(chunks=seq_ids, counts=counts, copy_ops=()),
                    result=SimpleNamespace(duration_s=duration, timings=timings), usage=usage,
-                   logical_slots=pairs[j], blocks=blocks, num_running=n, num_waiting=num_waiting,
-                   num_swapped=0, num_preemptions=num_preemptions, schedule_s=schedule_s, running_requests=n)
+                   logical_slots=pairs[j], blocks=blocks, num_running=len(running) if j == last else n,
+                   num_waiting=num_waiting, num_swapped=0, num_preemptions=num_preemptions, schedule_s=schedule_s,
+                   running_requests=n)
             if progress is not None:
                 progress(finished, times[j])
         self.steps_fast += done
         self.runs += 1
-        return done, now
+        return done, now, len(ended)
 
     def _head_waits(self, taken: int, n: int) -> bool:
         """Whether the steps of a run leave the waiting queue as it is: no group is tried, or the

@@ -91,10 +91,12 @@ class Engine:
                 continue
             if runs is not None:
                 steps_left = None if self.max_steps is None else self.max_steps - step - 1
-                done, now = runs.advance(now, pending[next_arrival].arrival_s if next_arrival < len(pending)
-                                         else math.inf, step, recorder, finished, steps_left)
+                done, now, ended = runs.advance(now, pending[next_arrival].arrival_s if next_arrival < len(pending)
+                                                else math.inf, step, recorder, finished, steps_left)
                 if done:
                     step += done
+                    finished += ended
+                    self._queue_released(pending, next_arrival)
                     continue
             t0 = time.perf_counter()
             sched.now = now
@@ -158,9 +160,7 @@ class Engine:
             t1 = time.perf_counter()
             finished += self._process(result, now)
             seq_blocks -= self._blocks_left  # of the sequences _process freed: the count is over those still running
-            for request in self._released:  # next turns of finished conversations, in arrival order
-                bisect.insort(pending, request, lo=next_arrival, key=lambda r: (r.arrival_s, r.request_id))
-            self._released.clear()
+            self._queue_released(pending, next_arrival)
             schedule_s += time.perf_counter() - t1
             recorder.step(index=step, start_s=start, batch=batch, result=result, usage=usage,
                           logical_slots=logical, blocks=self._computed_blocks(seq_blocks), num_running=len(sched.running),
@@ -187,6 +187,12 @@ class Engine:
                       "owner": np.stack([o for _, _, o in self._snapshots])}
         return EngineOutput(summary, steps, reqs, outputs, sched.num_swapped_out_slots,
                             sched.num_swapped_in_slots, memmap)
+
+    def _queue_released(self, pending: list[Request], next_arrival: int) -> None:
+        """Next turns of conversations finished this step join the arrivals, in arrival order."""
+        for request in self._released:
+            bisect.insort(pending, request, lo=next_arrival, key=lambda r: (r.arrival_s, r.request_id))
+        self._released.clear()
 
     def _computed_blocks(self, per_sequence: int) -> tuple[int, int] | None:
         """The paper's block counts over computed tokens: ``(per_sequence, distinct)`` blocks
