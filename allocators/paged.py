@@ -244,15 +244,15 @@ class PagedAllocator(Allocator):
                          ) -> list[tuple[MemoryUsage, tuple[int, int]]]:
         """``usage`` and the per-sequence and distinct block counts after each round of a run
         (as ``_partial_blocks``: every block private, one partial block per sequence at most)."""
-        bs = self.block_size
-        held = tokens[:, None] + np.arange(1, steps + 1)[None, :]  # sequences x rounds
-        fill = held & self._mask  # tokens in the last block (0: it is full)
+        bs, mask = self.block_size, self._mask
+        held = tokens[:, None] + np.arange(1, steps + 1)  # sequences x rounds
+        fill = held & mask  # tokens in the last block (0: it is full, no partial block)
         partial = fill != 0
-        reach = np.clip(finals[:, None] - (held - fill), 0, bs)
-        reserved = np.where(partial & (reach > fill), reach - fill, 0).sum(axis=0).tolist()
-        internal = np.where(partial, np.where(reach > fill, bs - reach, bs - fill), 0).sum(axis=0).tolist()
+        reach = np.minimum(finals[:, None] - held + fill, bs)  # >= fill: a sequence never outgrows its final length
+        reserved = ((reach - fill) * partial).sum(axis=0).tolist()
+        internal = ((bs - reach) * partial).sum(axis=0).tolist()
         partial_count, filled = partial.sum(axis=0).tolist(), fill.sum(axis=0).tolist()
-        per_seq = ((held + self._mask) >> self._shift).sum(axis=0).tolist()  # all blocks in use (ready)
+        per_seq = ((held + mask) >> self._shift).sum(axis=0).tolist()  # every block in use (ready)
         out = []
         for j in range(steps):
             u = per_seq[j]

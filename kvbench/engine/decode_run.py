@@ -18,6 +18,7 @@ or after the next arrival, and after ``MAX_RUN_STEPS``.
 from __future__ import annotations
 
 import time
+from array import array
 from types import SimpleNamespace
 
 import numpy as np
@@ -38,14 +39,15 @@ class DecodeRuns:
         self.engine = engine
         self.sched = engine.scheduler
         self.alloc = engine.allocator  # paged or a region allocator: their decode_run_* books
-        self.executor = engine.executor  # the simulator's: decode_step
+        self.executor = engine.executor  # the simulator's: decode_step_time, draw_tokens
         self.steps_fast = 0  # steps taken by runs (read by the decode-path census)
         self.runs = 0
 
     @classmethod
     def for_engine(cls, engine) -> DecodeRuns | None:
         sched, alloc = engine.scheduler, engine.allocator
-        plain = (type(alloc) in (PagedAllocator, ContiguousAllocator, BuddyAllocator) and not alloc.debug and hasattr(engine.executor, "decode_step")
+        plain = (type(alloc) in (PagedAllocator, ContiguousAllocator, BuddyAllocator) and not alloc.debug
+                 and hasattr(engine.executor, "draw_tokens")
                  and type(sched) is Scheduler and not sched.order.reorders and not engine.cfg.stop_token_ids
                  and not engine.memmap_every and engine.tiers is None and engine.load_cost is None
                  and not engine.tier_copies and engine.max_concurrency is None)
@@ -94,19 +96,21 @@ class DecodeRuns:
         for j in range(steps):
             if j and next_arrival_s <= now:  # an arrival joins at this boundary: the general path
                 break
-            duration, timings, tokens = executor.decode_step(n, pairs[j], blocks_read[j], bs)
-            drawn.append((duration, timings, tokens))
+            duration, timings = executor.decode_step_time(n, pairs[j], blocks_read[j], bs)
+            drawn.append((duration, timings))
             starts.append(now)
             now += duration
             times.append(now)
         done = len(times)
         books = alloc.decode_run_books(seq_ids, c, np.array([g.kv_final_len for g in running], dtype=np.int64), done)
         alloc.grow_decode_run(seq_ids, computed, done)
-        for seq, tokens in zip(seqs, zip(*[d[2] for d in drawn])):
-            seq.tokens.extend(tokens)
+        emitted = array("d", times)
+        drawn_tokens = executor.draw_tokens(n * done)  # step by step, in chunk order
+        for i, seq in enumerate(seqs):
+            seq.tokens.extend(drawn_tokens[i::n])
             seq.num_computed += done
             seq.num_generated += done
-            seq.token_times.extend(times)
+            seq.token_times.extend(emitted)
         sched.now = starts[-1]
         sched.sampled_groups = list(running)
         sched.plain_decodes = n
@@ -120,7 +124,7 @@ class DecodeRuns:
         record, progress = recorder.step, engine.progress
         num_waiting, num_preemptions = len(sched.waiting), sched.num_preemptions
         last = done - 1
-        for j, (duration, timings, _) in enumerate(drawn):
+        for j, (duration, timings) in enumerate(drawn):
             counts = BatchCounts(num_tokens=n, num_requests=n, num_sampled=n, num_draws=n,
                                  decode_pairs=pairs[j], decode_blocks=blocks_read[j])
             usage, blocks = books[j]

@@ -9,11 +9,16 @@ import logging
 import math
 import random
 
+import numpy as np
+
 from kvbench.batch import StepBatch, StepResult
 from kvbench.geometry import KVGeometry
 from kvbench.hf.cost_view import cost_params
 from kvbench.sim.cost_model import TIMING_KEYS, StepSummary, op_constants_source, step_time, summarize
 from kvbench.sim.padding import padded_summary
+
+
+VECTOR_DRAWS = 256  # below this many draws a Python loop is cheaper than moving the state
 
 
 class SimExecutor:
@@ -62,15 +67,30 @@ class SimExecutor:
             timings={key: times[key] for key in TIMING_KEYS},
         )
 
-    def decode_step(self, num_seqs: int, decode_pairs: int, decode_blocks: int, block_size: int
-                    ) -> tuple[float, dict[str, float], list[int]]:
-        """``execute`` of a batch of ``num_seqs`` one-token sampling chunks with no copy, page or
-        swap work (a decode run, ``kvbench.engine.decode_run``): its duration, timings and the
-        sampled tokens in chunk order, the same draws."""
+    def decode_step_time(self, num_seqs: int, decode_pairs: int, decode_blocks: int, block_size: int
+                         ) -> tuple[float, dict[str, float]]:
+        """``execute``'s duration and timings for a batch of ``num_seqs`` one-token sampling chunks
+        with no copy, page or swap work (a step of a decode run, ``kvbench.engine.decode_run``);
+        its tokens come from ``draw_tokens``."""
         times = step_time(self.params, StepSummary(block_size, num_seqs, num_seqs, num_seqs, num_seqs,
                                                    0, 0, decode_pairs, decode_blocks))
-        rand, vocab = self._rng.random, self.vocab_size
-        return times["duration_s"], {key: times[key] for key in TIMING_KEYS}, [int(rand() * vocab) for _ in range(num_seqs)]
+        return times["duration_s"], {key: times[key] for key in TIMING_KEYS}
+
+    def draw_tokens(self, count: int) -> list[int]:
+        """The next ``count`` placeholder tokens, the very draws ``execute`` would make one by one.
+        Many at once come from numpy's Mersenne Twister started from this generator's state (both
+        build a double from two 32-bit outputs the same way), which then hands its state back."""
+        rng, vocab = self._rng, self.vocab_size
+        if count < VECTOR_DRAWS:
+            rand = rng.random
+            return [int(rand() * vocab) for _ in range(count)]
+        version, internal, gauss = rng.getstate()
+        twister = np.random.RandomState()
+        twister.set_state(("MT19937", np.array(internal[:-1], dtype=np.uint32), internal[-1]))
+        tokens = (twister.random_sample(count) * vocab).astype(np.int64).tolist()
+        _, key, pos, _, _ = twister.get_state()
+        rng.setstate((version, (*key.tolist(), pos), gauss))
+        return tokens
 
     def _candidates(self, k: int) -> list[tuple[int, float]]:
         """k distinct tokens with descending logprobs of a valid distribution (sum of probs < 1):
