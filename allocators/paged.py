@@ -240,25 +240,22 @@ class PagedAllocator(Allocator):
         taken = np.cumsum(np.bincount(tokens & mask, minlength=self.block_size)[-np.arange(steps) & mask])
         return int(np.searchsorted(taken, len(self._free), side="right")), int(taken[0]) if steps else 0
 
-    def decode_run_books(self, seq_ids: Sequence[int], tokens: np.ndarray, finals: np.ndarray, steps: int
-                         ) -> list[tuple[MemoryUsage, tuple[int, int]]]:
-        """``usage`` and the per-sequence and distinct block counts after each round of a run
-        (as ``_partial_blocks``: every block private, one partial block per sequence at most)."""
+    def decode_run_books(self, seq_ids: Sequence[int], tokens: np.ndarray, finals: np.ndarray, steps: int) -> tuple:
+        """``usage`` (token, reserved, internal, external slots) and the per-sequence and distinct
+        block counts after each round of a run, as lists over the rounds (as ``_partial_blocks``:
+        every block private, one partial block per sequence at most)."""
         bs, mask = self.block_size, self._mask
         held = tokens[:, None] + np.arange(1, steps + 1)  # sequences x rounds
         fill = held & mask  # tokens in the last block (0: it is full, no partial block)
         partial = fill != 0
         reach = np.minimum(finals[:, None] - held + fill, bs)  # >= fill: a sequence never outgrows its final length
-        reserved = ((reach - fill) * partial).sum(axis=0).tolist()
-        internal = ((bs - reach) * partial).sum(axis=0).tolist()
-        partial_count, filled = partial.sum(axis=0).tolist(), fill.sum(axis=0).tolist()
-        per_seq = ((held + mask) >> self._shift).sum(axis=0).tolist()  # every block in use (ready)
-        out = []
-        for j in range(steps):
-            u = per_seq[j]
-            usage = MemoryUsage((u - partial_count[j]) * bs + filled[j], reserved[j], internal[j], self.num_slots - u * bs)
-            out.append((usage, (u, u)))
-        return out
+        used = ((held + mask) >> self._shift).sum(axis=0)  # every block in use (ready)
+        token = (used - partial.sum(axis=0)) * bs + fill.sum(axis=0)
+        reserved = ((reach - fill) * partial).sum(axis=0)
+        internal = ((bs - reach) * partial).sum(axis=0)
+        used = used.tolist()
+        return (token.tolist(), reserved.tolist(), internal.tolist(), [self.num_slots - u * bs for u in used],
+                [(u, u) for u in used])
 
     def admit_waits(self, seq_id: int, prompt: Sequence[int], max_len: int, final_len: int | None,
                     taken: int) -> bool:

@@ -246,16 +246,17 @@ class RegionAllocator(Allocator):
         seqs = self._seqs
         return min(steps, min([seqs[i].capacity - n for i, n in zip(seq_ids, tokens.tolist())])), 0
 
-    def decode_run_books(self, seq_ids: Sequence[int], tokens, finals, steps: int) -> list[tuple[MemoryUsage, None]]:
-        """``usage`` after each round of a run (no block counts: regions are not shared)."""
+    def decode_run_books(self, seq_ids: Sequence[int], tokens: np.ndarray, finals: np.ndarray, steps: int) -> tuple:
+        """``usage`` (token, reserved, internal, external slots) after each round of a run, as
+        lists over the rounds; no block counts (regions are not shared)."""
         caps = np.array([self._seqs[i].capacity for i in seq_ids], dtype=np.int64)
-        held = tokens[:, None] + np.arange(1, steps + 1)[None, :]
+        held = tokens[:, None] + np.arange(1, steps + 1)
         fill_to = np.minimum(finals, caps)[:, None]
-        token = held.sum(axis=0).tolist()
-        reserved = np.where(fill_to > held, fill_to - held, 0).sum(axis=0).tolist()
+        token = held.sum(axis=0)
+        reserved = np.where(fill_to > held, fill_to - held, 0).sum(axis=0)
         allocated = sum(seq.capacity for seq in self._seqs.values())
-        return [(MemoryUsage(token[j], reserved[j], allocated - token[j] - reserved[j], self.num_slots - allocated), None)
-                for j in range(steps)]
+        internal = allocated - token - reserved
+        return token.tolist(), reserved.tolist(), internal.tolist(), [self.num_slots - allocated] * steps, None
 
     def admit_waits(self, seq_id: int, prompt: Sequence[int], max_len: int, final_len: int | None,
                     taken: int) -> bool:

@@ -92,3 +92,27 @@ def test_tokens_drawn_at_once_are_the_one_by_one_draws(count):
     vocab = executor.vocab_size
     assert executor.draw_tokens(count) == [int(twin.random() * vocab) for _ in range(count)]
     assert executor._rng.getstate() == twin.getstate()  # the generator goes on where the loop would
+
+
+@pytest.mark.parametrize("overrides", [
+    ["model=opt-13b", "gpu=a100-40gb", "system=vllm-2023"],
+    ["model=opt-175b", "gpu=a100-80gb", "gpu.count=8", "system=modern"],  # tensor parallel: all-reduces
+    # tiny steps under an eager host's issue floor: it decides some steps' time, not others'
+    ["model=tiny-llama", "gpu=h100-80gb", "system=modern", "system.eager_layer_issue_s=5e-5"],
+])
+def test_run_times_are_step_time_step_by_step(overrides):
+    from kvbench.sim.cost_model import StepSummary, step_time
+
+    engine, _ = engine_for(["allocator=paged", *overrides], runs=True)
+    params, rng = engine.executor.params, np.random.default_rng(0)
+    floors_seen = set()
+    for n, bs in ((1, 16), (7, 16), (64, 32), (256, 8)):
+        pairs = np.sort(rng.integers(n, 2048 * n, size=40))
+        blocks = -(-pairs // bs) + rng.integers(0, n, size=40)
+        run = engine.executor.decode_run_times(n, pairs, blocks, bs)
+        floored = run["overhead_s"] > params.overhead_s + n * params.seq_overhead_s
+        floors_seen.update(floored.tolist())
+        for j in range(len(pairs)):
+            one = step_time(params, StepSummary(bs, n, n, n, n, 0, 0, int(pairs[j]), int(blocks[j])))
+            assert {key: float(run[key][j]) for key in run} == {key: one[key] for key in run}
+    assert floors_seen == ({True, False} if params.issue_floor_s else {False})

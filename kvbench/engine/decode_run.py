@@ -19,14 +19,12 @@ from __future__ import annotations
 
 import time
 from array import array
-from types import SimpleNamespace
 
 import numpy as np
 
 from allocators.buddy import BuddyAllocator
 from allocators.contiguous import ContiguousAllocator
 from allocators.paged import PagedAllocator
-from kvbench.batch import BatchCounts
 from kvbench.engine.scheduler import Scheduler
 
 MAX_RUN_STEPS = 128  # bounds the (sequences x steps) arrays; a longer stretch is several runs
@@ -85,27 +83,22 @@ class DecodeRuns:
         if steps <= 0 or not self._head_waits(first_taken, n):
             return 0, now, 0
         t0 = time.perf_counter()
-        held = c[:, None] + np.arange(1, steps + 1)[None, :]  # sequences x steps: each one's context in step j
-        pairs = held.sum(axis=0).tolist()
+        held = c[:, None] + np.arange(1, steps + 1)  # sequences x steps: each one's context in step j
+        pairs = held.sum(axis=0)
         bs = alloc.block_size
-        blocks_read = ((held + bs - 1) // bs).sum(axis=0).tolist()
+        blocks_read = ((held + bs - 1) // bs).sum(axis=0)
         executor = self.executor
-        times: list[float] = []
-        starts: list[float] = []
-        drawn: list[tuple] = []
-        for j in range(steps):
-            if j and next_arrival_s <= now:  # an arrival joins at this boundary: the general path
-                break
-            duration, timings = executor.decode_step_time(n, pairs[j], blocks_read[j], bs)
-            drawn.append((duration, timings))
-            starts.append(now)
-            now += duration
-            times.append(now)
-        done = len(times)
+        times = executor.decode_run_times(n, pairs, blocks_read, bs)
+        clock = np.add.accumulate(np.concatenate(([now], times["duration_s"])))  # now += duration, step by step
+        # an arrival joins at the first boundary at or after it: the general path takes that step
+        done = 1 + int(np.searchsorted(clock[1:steps], next_arrival_s, side="left"))
+        starts, now = clock[:done].tolist(), float(clock[done])
+        ends = clock[1:done + 1].tolist()
+        times = {key: values[:done].tolist() for key, values in times.items()}
         books = alloc.decode_run_books(seq_ids, c, np.array([g.kv_final_len for g in running], dtype=np.int64), done)
         alloc.grow_decode_run(seq_ids, computed, done)
-        emitted = array("d", times)
         drawn_tokens = executor.draw_tokens(n * done)  # step by step, in chunk order
+        emitted = array("d", ends)
         for i, seq in enumerate(seqs):
             seq.tokens.extend(drawn_tokens[i::n])
             seq.num_computed += done
@@ -115,29 +108,24 @@ class DecodeRuns:
         sched.sampled_groups = list(running)
         sched.plain_decodes = n
         engine = self.engine
+        num_running = [n] * done
         ended = []
         if done == left:  # the last step's finishers, as _process finishes them: in chunk order
             ended = [(g, s) for g, s in zip(running, seqs) if s.num_generated >= g.output_len]
             for group, seq in ended:
                 engine._finish(group, seq.tokens, now)
-        schedule_s = (time.perf_counter() - t0) / done
-        record, progress = recorder.step, engine.progress
-        num_waiting, num_preemptions = len(sched.waiting), sched.num_preemptions
-        last = done - 1
-        for j, (duration, timings) in enumerate(drawn):
-            counts = BatchCounts(num_tokens=n, num_requests=n, num_sampled=n, num_draws=n,
-                                 decode_pairs=pairs[j], decode_blocks=blocks_read[j])
-            usage, blocks = books[j]
-            if j == last and ended:  # the step log reads the blocks and sequences left after the finishes
-                blocks = engine._computed_blocks(blocks_read[j] - sum([-(-s.num_computed // bs) for _, s in ended]))
-                finished += len(ended)
-            record(index=step + j, start_s=starts[j], batch=SimpleNamespace(chunks=seq_ids, counts=counts, copy_ops=()),
-                   result=SimpleNamespace(duration_s=duration, timings=timings), usage=usage,
-                   logical_slots=pairs[j], blocks=blocks, num_running=len(running) if j == last else n,
-                   num_waiting=num_waiting, num_swapped=0, num_preemptions=num_preemptions, schedule_s=schedule_s,
-                   running_requests=n)
-            if progress is not None:
-                progress(finished, times[j])
+            num_running[-1] = len(running)
+            blocks = books[4]
+            if blocks is not None:  # the step log counts the blocks left after the finishes
+                blocks[-1] = engine._computed_blocks(int(blocks_read[done - 1]) - sum([-(-s.num_computed // bs) for _, s in ended]))
+        pairs = pairs[:done].tolist()
+        recorder.decode_run(first_index=step, starts=starts, times=times, num_seqs=n, pairs=pairs, books=books,
+                            num_running=num_running, num_waiting=len(sched.waiting),
+                            num_preemptions=sched.num_preemptions, schedule_s=(time.perf_counter() - t0) / done)
+        progress = engine.progress
+        if progress is not None:
+            for j, end in enumerate(ends):
+                progress(finished + (len(ended) if j == done - 1 else 0), end)
         self.steps_fast += done
         self.runs += 1
         return done, now, len(ended)

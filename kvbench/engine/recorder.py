@@ -87,6 +87,25 @@ class Recorder:
         if tiers is not None:  # offload tiers on only: bytes held after the step, moved in it
             self._tiers.append(tiers)
 
+    def decode_run(self, *, first_index: int, starts: list[float], times: dict[str, list[float]], num_seqs: int,
+                   pairs: list[int], books: tuple, num_running: list[int], num_waiting: int, num_preemptions: int,
+                   schedule_s: float) -> None:
+        """The rows ``step`` logs, for each step of a decode run (``kvbench.engine.decode_run``):
+        ``num_seqs`` one-token sampling chunks (context ``pairs[j]``), no copy or swap; ``books``
+        the allocator's (token, reserved, internal, external, blocks) of each step."""
+        nan = math.nan
+        token, reserved, internal, external, blocks = books
+        durations, attention, forward, sampling, copy, swap = (
+            times[key] for key in ("duration_s", "attention_s", "forward_s", "sampling_s", "copy_s", "swap_s"))
+        append = self._rows.append
+        for j, start in enumerate(starts):
+            total = token[j] + reserved[j] + internal[j] + external[j]
+            held = blocks[j] if blocks is not None else None
+            append((first_index + j, start, durations[j], num_seqs, num_seqs, num_seqs, 0, num_running[j], num_waiting,
+                    0, num_preemptions, token[j] / total, reserved[j] / total, internal[j] / total,
+                    external[j] / total, nan, pairs[j], token[j], held[0] if held else nan, held[1] if held else nan,
+                    0, attention[j], forward[j], sampling[j], copy[j], swap[j], schedule_s, num_seqs))
+
     def steps_frame(self) -> pd.DataFrame:
         if not self._rows:
             return pd.DataFrame({})

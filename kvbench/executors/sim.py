@@ -14,7 +14,7 @@ import numpy as np
 from kvbench.batch import StepBatch, StepResult
 from kvbench.geometry import KVGeometry
 from kvbench.hf.cost_view import cost_params
-from kvbench.sim.cost_model import TIMING_KEYS, StepSummary, op_constants_source, step_time, summarize
+from kvbench.sim.cost_model import TIMING_KEYS, decode_run_times, op_constants_source, step_time, summarize
 from kvbench.sim.padding import padded_summary
 
 
@@ -67,14 +67,12 @@ class SimExecutor:
             timings={key: times[key] for key in TIMING_KEYS},
         )
 
-    def decode_step_time(self, num_seqs: int, decode_pairs: int, decode_blocks: int, block_size: int
-                         ) -> tuple[float, dict[str, float]]:
-        """``execute``'s duration and timings for a batch of ``num_seqs`` one-token sampling chunks
-        with no copy, page or swap work (a step of a decode run, ``kvbench.engine.decode_run``);
-        its tokens come from ``draw_tokens``."""
-        times = step_time(self.params, StepSummary(block_size, num_seqs, num_seqs, num_seqs, num_seqs,
-                                                   0, 0, decode_pairs, decode_blocks))
-        return times["duration_s"], {key: times[key] for key in TIMING_KEYS}
+    def decode_run_times(self, num_seqs: int, decode_pairs: np.ndarray, decode_blocks: np.ndarray,
+                         block_size: int) -> dict[str, np.ndarray]:
+        """``execute``'s duration and timings for each step of a decode run
+        (``kvbench.engine.decode_run``): ``num_seqs`` one-token sampling chunks, no copy, page or
+        swap work; its tokens come from ``draw_tokens``."""
+        return decode_run_times(self.params, block_size, num_seqs, decode_pairs, decode_blocks)
 
     def draw_tokens(self, count: int) -> list[int]:
         """The next ``count`` placeholder tokens, the very draws ``execute`` would make one by one.

@@ -100,6 +100,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from kvbench.batch import BatchCounts
 from kvbench.geometry import DTYPE_BYTES, KVGeometry
 from kvbench.sim import allreduce
@@ -640,6 +642,28 @@ def step_time(p: CostParams, s: StepSummary) -> dict[str, float]:
         "copy_bytes": s.copy_slots * p.bytes_per_slot,
         "swap_bytes": s.swap_slots * p.bytes_per_slot,
     }
+
+
+def decode_run_times(p: CostParams, block_size: int, num_seqs: int, decode_pairs: np.ndarray,
+                     decode_blocks: np.ndarray) -> dict[str, np.ndarray]:
+    """``step_time`` of each step of a decode run at once: every step ``num_seqs`` one-token
+    sampling chunks reading ``decode_pairs[j]`` context tokens in ``decode_blocks[j]`` blocks, no
+    prefill, copy, swap or page work. The same operations in the same order as ``step_time``
+    applies to such a step, elementwise, so each value is bit for bit step_time's (the constant
+    terms come from ``step_time`` itself; ``tests/test_decode_runs.py`` holds them equal)."""
+    n, tokens = p.count, num_seqs
+    fixed = step_time(p, StepSummary(block_size, tokens, tokens, tokens, tokens, 0, 0, 0, 0))
+    forward, sampling = fixed["forward_s"], fixed["sampling_s"]
+    overhead = p.overhead_s + tokens * p.seq_overhead_s
+    flops_t = decode_pairs * p.attn_flops_per_pair / n / p.attn_flops_rate
+    bytes_t = decode_blocks * (block_size * p.bytes_per_slot + p.segments_per_block * p.gather_half_bytes) / n / p.mem_rate
+    attention = np.where(flops_t > bytes_t, flops_t, bytes_t) + tokens * p.bytes_per_slot / n / p.mem_rate
+    busy = forward + attention
+    overhead = np.where(busy < p.issue_floor_s, overhead + (p.issue_floor_s - forward - attention), overhead)
+    zero = np.zeros_like(attention)
+    return {"overhead_s": overhead, "forward_s": np.full_like(attention, forward), "attention_s": attention,
+            "sampling_s": np.full_like(attention, sampling), "copy_s": zero, "swap_s": zero,
+            "duration_s": overhead + forward + attention + sampling + 0.0 + 0.0}
 
 
 def batch_time(model, gpu, batch, system=None, *, geometry: KVGeometry) -> dict[str, float]:
