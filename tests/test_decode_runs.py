@@ -1,8 +1,6 @@
 """Decode runs (kvbench/engine/decode_run.py) give the general path's results bit for bit."""
 from __future__ import annotations
 
-import random
-
 import numpy as np
 import pandas as pd
 import pytest
@@ -80,18 +78,6 @@ def test_runs_only_where_every_step_is_the_same():
     stops = Engine(engine.allocator, engine.executor, SchedulerConfig(stop_token_ids=(2,)))
     assert stops.decode_runs is None  # a sampled stop token ends a sequence at any step
     assert Engine(engine.allocator, engine.executor, SchedulerConfig(), memmap_every=4).decode_runs is None
-
-
-@pytest.mark.parametrize("count", [1, 255, 256, 5000])
-def test_tokens_drawn_at_once_are_the_one_by_one_draws(count):
-    engine, _ = engine_for(["allocator=paged"], runs=True)
-    executor = engine.executor
-    executor._rng.random()  # a state part-way through the twister's block
-    twin = random.Random()
-    twin.setstate(executor._rng.getstate())
-    vocab = executor.vocab_size
-    assert executor.draw_tokens(count) == [int(twin.random() * vocab) for _ in range(count)]
-    assert executor._rng.getstate() == twin.getstate()  # the generator goes on where the loop would
 
 
 @pytest.mark.parametrize("overrides", [
