@@ -48,11 +48,15 @@ test: setup
 test-slow: setup
 	$(BIN)/python -m pytest -q -m slow
 
-# Regression gate: cost ratios measured side by side in one process (one torch thread) against
-# the committed tests/benchmarks/baseline.json; fails when one grows by more than 20%.
+# Regression gate, A/B: this tree against the reference commit of tests/benchmarks/baseline.json
+# (checked out in a temporary git worktree), fresh processes per side measured in lockstep (CPU
+# time, one torch thread); fails when a measurement's ratio current/ref exceeds its expected
+# ratio by more than 20%, exits 2 when the reference commit is not in the repository. About 2 min.
 bench: setup
 	$(BIN)/python -m tests.benchmarks.gate
 
+# Rewrite the baseline: ref := HEAD, every expected ratio 1.0 (refused while kvbench/,
+# allocators/, kernels/ or tests/benchmarks/ have uncommitted changes); commit the result.
 bench-update: setup
 	$(BIN)/python -m tests.benchmarks.gate --update
 
