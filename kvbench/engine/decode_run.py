@@ -64,6 +64,8 @@ class DecodeRuns:
         if not n or sched.swapped or sched.pending_forks or sched._num_exclusive \
                 or n > cfg.max_num_batched_tokens or n > cfg.max_num_seqs:
             return 0, now, 0
+        if not self._head_waits(n, n):  # the head is admitted even if every sequence takes a block first
+            return 0, now, 0
         seqs = [g.seqs[0] for g in running if len(g.seqs) == 1 and g.forked and not g.is_beam]
         if len(seqs) != n:
             return 0, now, 0
