@@ -19,6 +19,11 @@ SETTINGS = {
     "capped": ["allocator=paged", "workload=sharegpt", "workload.num_requests=80", "allocator.block_size=32", "engine.max_num_seqs=12"],
     # conversations: a finished turn releases the next one (a run may end with that finish)
     "multiturn": ["allocator=paged", "workload=multiturn", "workload.num_requests=40", "workload.think_time_s=0.5"],
+    # paper-era vLLM (prompt-only steps first), the paper's rate studies' system
+    "prompt-first": ["allocator=paged", "system=vllm-2023", "workload=sharegpt", "workload.request_rate=3.0",
+                     "workload.duration_s=40", "engine.kv_cache_bytes=3.2768e9"],
+    "prompt-first-orca": ["allocator=orca-pow2", "system=vllm-2023", "workload=alpaca_synthetic",
+                          "workload.request_rate=20.0", "workload.duration_s=10"],
     # the region allocators: a buddy reserving the maximum (Orca (Max)), a contiguous oracle
     "orca-max": ["allocator=orca-max", "workload=sharegpt", "workload.request_rate=2.0", "workload.duration_s=40"],
     "contiguous-oracle": ["allocator=contiguous", "allocator.reserve=oracle", "workload=sharegpt",

@@ -25,6 +25,7 @@ import numpy as np
 from allocators.buddy import BuddyAllocator
 from allocators.contiguous import ContiguousAllocator
 from allocators.paged import PagedAllocator
+from kvbench.engine.policies import PromptFirstScheduler
 from kvbench.engine.scheduler import Scheduler
 
 MAX_RUN_STEPS = 128  # bounds the (sequences x steps) arrays; a longer stretch is several runs
@@ -40,13 +41,15 @@ class DecodeRuns:
         self.executor = engine.executor  # the simulator's: decode_step_time, draw_tokens
         self.steps_fast = 0  # steps taken by runs (read by the decode-path census)
         self.runs = 0
+        # paper-era vLLM: each step first tries the waiting prompts alone, then decodes without admitting
+        self.prompt_first = isinstance(self.sched, PromptFirstScheduler)
 
     @classmethod
     def for_engine(cls, engine) -> DecodeRuns | None:
         sched, alloc = engine.scheduler, engine.allocator
         plain = (type(alloc) in (PagedAllocator, ContiguousAllocator, BuddyAllocator) and not alloc.debug
                  and hasattr(engine.executor, "draw_tokens")
-                 and type(sched) is Scheduler and not sched.order.reorders and not engine.cfg.stop_token_ids
+                 and type(sched) in (Scheduler, PromptFirstScheduler) and not sched.order.reorders and not engine.cfg.stop_token_ids
                  and not engine.memmap_every and engine.tiers is None and engine.load_cost is None
                  and not engine.tier_copies and engine.max_concurrency is None)
         return cls(engine) if plain else None
@@ -139,6 +142,8 @@ class DecodeRuns:
         sched = self.sched
         cfg = sched.cfg
         budget, seq_budget = cfg.max_num_batched_tokens - n, cfg.max_num_seqs - n
+        if self.prompt_first:  # tried before the step's grows, with the running sequences set aside
+            budget, taken = cfg.max_num_batched_tokens, 0
         if not sched.waiting or budget <= 0 or seq_budget <= 0:
             return True
         head = sched.waiting[0]
