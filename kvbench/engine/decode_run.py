@@ -1,19 +1,21 @@
 """Decode runs: the steps in which nothing happens but one token per running sequence, at once.
 
-Between two events (an arrival, a sequence finishing, the pool running short, a group to admit)
-every step of a continuous-batching engine is the same: each running sequence decodes one token.
-On the simulator with the ``paged`` allocator such a run of steps is computed here as arrays
-(sequences x steps): context lengths, blocks read, blocks taken and the memory breakdown of each
-step; the per-sequence work (tokens, emission times, block tables) is done once per run, not once
-per step. The cost model and the step log still see every step, with the numbers the general
-path would give: the identity suite (``tests/sim_identity.py``) holds both paths to the same bits.
+Between two events (an arrival, the pool running short, a group to admit) every step of a
+continuous-batching engine is the same: each running sequence decodes one token. On the
+simulator with ``paged`` or a region allocator (contiguous, buddy) such a run of steps is
+computed here as arrays (sequences x steps): context lengths, blocks read, blocks taken, step
+times and the memory breakdown of each step; the per-sequence work (tokens, emission times,
+block tables) is done once per run, not once per step. The cost model and the step log still see
+every step, with the numbers the general path would give: the identity suite
+(``tests/sim_identity.py``) and ``tests/test_decode_runs.py`` hold both paths to the same bits.
 
 A run starts only where the general path would make that step a plain decode of every running
-group (one sequence each, one token to compute, at least two tokens to go), with nothing
-swapped, no fork pending, no exclusive group, FCFS order, and a waiting head (if any) that the
-pool cannot take; it stops before the first step that could differ: the step in which a
-sequence finishes, the first with too few free blocks for its grows, the first that starts at
-or after the next arrival, and after ``MAX_RUN_STEPS``.
+group (one sequence each, one token to compute), with nothing swapped, no fork pending, no
+exclusive group, FCFS order, ``mixed`` or ``prompt_first`` scheduling, no stop tokens, and a
+waiting head (if any) that the pool cannot take; it stops before the first step that could
+differ: the first with too few free blocks for its grows, the first that starts at or after the
+next arrival, after ``MAX_RUN_STEPS``, and after the step in which sequences finish (which the
+run finishes as ``Engine._process`` would).
 """
 from __future__ import annotations
 
@@ -38,7 +40,7 @@ class DecodeRuns:
         self.engine = engine
         self.sched = engine.scheduler
         self.alloc = engine.allocator  # paged or a region allocator: their decode_run_* books
-        self.executor = engine.executor  # the simulator's: decode_step_time, draw_tokens
+        self.executor = engine.executor  # the simulator's: decode_run_times, draw_tokens
         self.steps_fast = 0  # steps taken by runs (read by the decode-path census)
         self.runs = 0
         # paper-era vLLM: each step first tries the waiting prompts alone, then decodes without admitting
@@ -49,8 +51,8 @@ class DecodeRuns:
         sched, alloc = engine.scheduler, engine.allocator
         plain = (type(alloc) in (PagedAllocator, ContiguousAllocator, BuddyAllocator) and not alloc.debug
                  and hasattr(engine.executor, "draw_tokens")
-                 and type(sched) in (Scheduler, PromptFirstScheduler) and not sched.order.reorders and not engine.cfg.stop_token_ids
-                 and not engine.memmap_every and engine.tiers is None and engine.load_cost is None
+                 and type(sched) in (Scheduler, PromptFirstScheduler) and not sched.order.reorders
+                 and not engine.cfg.stop_token_ids                 and not engine.memmap_every and engine.tiers is None and engine.load_cost is None
                  and not engine.tier_copies and engine.max_concurrency is None)
         return cls(engine) if plain else None
 
