@@ -233,6 +233,9 @@ class PagedAllocator(Allocator):
         seqs = self._seqs
         return len(seqs) == num_running and sum([len(s.table) for s in seqs.values()]) == self._used_blocks()
 
+    def num_free_blocks(self) -> int:
+        return len(self._free)
+
     def decode_run_room(self, seq_ids: Sequence[int], tokens: np.ndarray, steps: int) -> tuple[int, int]:
         """Of ``steps`` rounds of one-token grows of sequences holding ``tokens``: how many fit
         in the free blocks, and the blocks the first round takes."""

@@ -29,6 +29,7 @@ from allocators.contiguous import ContiguousAllocator
 from allocators.paged import PagedAllocator
 from kvbench.engine.policies import PromptFirstScheduler
 from kvbench.engine.scheduler import Scheduler
+from kvbench.engine.victims import NewestVictim
 
 MAX_RUN_STEPS = 128  # bounds the (sequences x steps) arrays; a longer stretch is several runs
 
@@ -45,6 +46,9 @@ class DecodeRuns:
         self.runs = 0
         # paper-era vLLM: each step first tries the waiting prompts alone, then decodes without admitting
         self.prompt_first = isinstance(self.sched, PromptFirstScheduler)
+        # a step short of blocks preempts as the general path does for these (kvbench.engine.victims)
+        self.preempts_newest = (type(self.alloc) is PagedAllocator and type(self.sched.victims) is NewestVictim
+                                and self.sched.cfg.preemption == "recompute")
 
     @classmethod
     def for_engine(cls, engine) -> DecodeRuns | None:
@@ -86,9 +90,15 @@ class DecodeRuns:
             steps = min(steps, steps_left)
         steps = min(steps, MAX_RUN_STEPS)
         seq_ids = [s.seq_id for s in seqs]
+        wanted = steps
         steps, first_taken = alloc.decode_run_room(seq_ids, c, steps)
-        if steps <= 0 or not self._head_waits(first_taken, n):
+        # the step that runs short of blocks comes last, with its preemptions (no finish in it)
+        short = self.preempts_newest and steps < wanted and steps + 1 < left
+        if not (steps > 0 or short) or not self._head_waits(first_taken, n):
             return 0, now, 0
+        if steps == 0:
+            after = self._short_step(now, step, recorder, finished)
+            return (0, now, 0) if after is None else (1, after, 0)
         t0 = time.perf_counter()
         held = c[:, None] + np.arange(1, steps + 1)  # sequences x steps: each one's context in step j
         pairs = held.sum(axis=0)
@@ -127,15 +137,75 @@ class DecodeRuns:
                 blocks[-1] = engine._computed_blocks(int(blocks_read[done - 1]) - sum([-(-s.num_computed // bs) for _, s in ended]))
         pairs = pairs[:done].tolist()
         recorder.decode_run(first_index=step, starts=starts, times=times, num_seqs=n, pairs=pairs, books=books,
-                            num_running=num_running, num_waiting=len(sched.waiting),
-                            num_preemptions=sched.num_preemptions, schedule_s=(time.perf_counter() - t0) / done)
+                            num_running=num_running, num_waiting=[len(sched.waiting)] * done,
+                            num_preemptions=[sched.num_preemptions] * done, schedule_s=(time.perf_counter() - t0) / done)
         progress = engine.progress
         if progress is not None:
             for j, end in enumerate(ends):
                 progress(finished + (len(ended) if j == done - 1 else 0), end)
+        if short and done == steps and now < next_arrival_s:
+            after = self._short_step(now, step + done, recorder, finished)
+            if after is not None:
+                done, now = done + 1, after
         self.steps_fast += done
         self.runs += 1
         return done, now, len(ended)
+
+    def _short_step(self, now: float, index: int, recorder, finished: int) -> float | None:
+        """The step whose grows run out of blocks, as the scheduler takes it (victim ``newest``,
+        recompute): one-token grows in running order; with the pool empty the newest running group
+        is preempted, the grower itself when it is the newest, and the grow retried. Returns the
+        clock after it; None, changing nothing, where a group would be out of memory alone (the
+        general path's exclusive rule)."""
+        sched, alloc = self.sched, self.alloc
+        running = sched.running
+        mask, shift = alloc.block_size - 1, alloc.block_size.bit_length() - 1
+        computed = [g.seqs[0].num_computed for g in running]
+        free, last = alloc.num_free_blocks(), len(running) - 1
+        for i, nt in enumerate(computed):  # a dry run: who is preempted, and never a group alone
+            if i > last:
+                break
+            if nt & mask:
+                continue  # grows into its last block
+            while not free:
+                if last == 0:
+                    return None
+                last -= 1
+                if last + 1 == i:
+                    break  # the grower was the newest: preempted itself
+                free += (computed[last + 1] + mask) >> shift
+            else:
+                free -= 1
+        t0 = time.perf_counter()
+        sched.now = now
+        i = 0
+        while i < len(running):
+            seq = running[i].seqs[0]
+            if alloc.grow(seq.seq_id, 1, seq.tokens[-1:]) is None:
+                sched._preempt(running[-1])
+                continue
+            seq.num_computed += 1
+            i += 1
+        n = len(running)
+        seqs = [g.seqs[0] for g in running]
+        held = np.array([s.num_computed for s in seqs], dtype=np.int64)
+        pairs, blocks_read = int(held.sum()), int(((held + mask) >> shift).sum())
+        times = self.executor.decode_run_times(n, np.array([pairs]), np.array([blocks_read]), alloc.block_size)
+        after = now + float(times["duration_s"][0])
+        books = alloc.decode_run_books([s.seq_id for s in seqs], held - 1,
+                                       np.array([g.kv_final_len for g in running], dtype=np.int64), 1)
+        for seq, token in zip(seqs, self.executor.draw_tokens(n)):
+            seq.tokens.append(token)
+            seq.num_generated += 1
+            seq.token_times.append(after)
+        sched.sampled_groups = list(running)
+        sched.plain_decodes = n
+        recorder.decode_run(first_index=index, starts=[now], times={k: v.tolist() for k, v in times.items()},
+                            num_seqs=n, pairs=[pairs], books=books, num_running=[n], num_waiting=[len(sched.waiting)],
+                            num_preemptions=[sched.num_preemptions], schedule_s=time.perf_counter() - t0)
+        if self.engine.progress is not None:
+            self.engine.progress(finished, after)
+        return after
 
     def _head_waits(self, taken: int, n: int) -> bool:
         """Whether the steps of a run leave the waiting queue as it is: no group is tried, or the

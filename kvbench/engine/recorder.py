@@ -88,8 +88,8 @@ class Recorder:
             self._tiers.append(tiers)
 
     def decode_run(self, *, first_index: int, starts: list[float], times: dict[str, list[float]], num_seqs: int,
-                   pairs: list[int], books: tuple, num_running: list[int], num_waiting: int, num_preemptions: int,
-                   schedule_s: float) -> None:
+                   pairs: list[int], books: tuple, num_running: list[int], num_waiting: list[int],
+                   num_preemptions: list[int], schedule_s: float) -> None:
         """The rows ``step`` logs, for each step of a decode run (``kvbench.engine.decode_run``):
         ``num_seqs`` one-token sampling chunks (context ``pairs[j]``), no copy or swap; ``books``
         the allocator's (token, reserved, internal, external, blocks) of each step."""
@@ -101,8 +101,8 @@ class Recorder:
         for j, start in enumerate(starts):
             total = token[j] + reserved[j] + internal[j] + external[j]
             held = blocks[j] if blocks is not None else None
-            append((first_index + j, start, durations[j], num_seqs, num_seqs, num_seqs, 0, num_running[j], num_waiting,
-                    0, num_preemptions, token[j] / total, reserved[j] / total, internal[j] / total,
+            append((first_index + j, start, durations[j], num_seqs, num_seqs, num_seqs, 0, num_running[j], num_waiting[j],
+                    0, num_preemptions[j], token[j] / total, reserved[j] / total, internal[j] / total,
                     external[j] / total, nan, pairs[j], token[j], held[0] if held else nan, held[1] if held else nan,
                     0, attention[j], forward[j], sampling[j], copy[j], swap[j], schedule_s, num_seqs))
 
