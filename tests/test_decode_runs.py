@@ -15,6 +15,8 @@ SETTINGS = {
     "rate": ["allocator=paged", "workload=sharegpt", "workload.request_rate=2.0", "workload.duration_s=40"],
     # everything at t=0 in a small pool: a waiting head that does not fit, preemptions, short runs
     "pressure": ["allocator=paged", "workload=sharegpt", "workload.num_requests=120", "engine.kv_cache_bytes=1.6384e9"],
+    # a pool of 500 slots: prompts rejected as too long, a preemption in most short steps
+    "tiny-pool": ["allocator=paged", "workload=sharegpt", "workload.num_requests=60", "engine.kv_cache_bytes=4.096e8"],
     # block size 32 and a batch-size cap that leaves groups waiting with room in the pool
     "capped": ["allocator=paged", "workload=sharegpt", "workload.num_requests=80", "allocator.block_size=32", "engine.max_num_seqs=12"],
     # conversations: a finished turn releases the next one (a run may end with that finish)
