@@ -31,6 +31,23 @@ STEP_COLUMNS = (
 )
 
 
+def _row(index, start_s, duration_s, num_requests, num_seqs, num_tokens, prefill_tokens, num_running, num_waiting,
+         num_swapped, num_preemptions, usage: MemoryUsage, logical_slots, blocks, copy_slots,
+         attention_s, forward_s, sampling_s, copy_s, swap_s, schedule_s, running_requests) -> tuple:
+    """One step's values in the order of ``STEP_COLUMNS``."""
+    nan = math.nan
+    total = usage.total
+    return (index, start_s, duration_s, num_requests, num_seqs, num_tokens, prefill_tokens, num_running, num_waiting,
+            num_swapped, num_preemptions,
+            usage.token / total, usage.reserved / total, usage.internal / total, usage.external / total,
+            nan if usage.cached is None else usage.cached / total,
+            logical_slots,
+            usage.token if usage.token_slots is None else usage.token_slots,
+            blocks[0] if blocks else nan,  # NaN: no shareable blocks
+            blocks[1] if blocks else nan,
+            copy_slots, attention_s, forward_s, sampling_s, copy_s, swap_s, schedule_s, running_requests)
+
+
 class Recorder:
     """Step log: one tuple of the ``STEP_COLUMNS`` per step (one append keeps the hot loop
     cheap), turned into columns once at the end."""
@@ -64,26 +81,17 @@ class Recorder:
             counts = BatchCounts()
             counts.add(chunks, batch.block_size)
             counts.num_requests = len({c.request_id for c in chunks})
-        total = usage.total
         timings = result.timings
         nan = math.nan
         if usage.groups is not None:  # mixed models only: no new columns for the others
             self._groups.append(tuple(usage.groups))
-        self._rows.append((
+        self._rows.append(_row(
             index, start_s, result.duration_s, counts.num_requests, len(chunks), counts.num_tokens,
-            counts.prefill_tokens, num_running, num_waiting, num_swapped, num_preemptions,
-            usage.token / total, usage.reserved / total, usage.internal / total, usage.external / total,
-            nan if usage.cached is None else usage.cached / total,
-            logical_slots,
-            usage.token if usage.token_slots is None else usage.token_slots,
-            blocks[0] if blocks else nan,  # NaN: no shareable blocks
-            blocks[1] if blocks else nan,
-            sum(op.length for op in batch.copy_ops) if batch.copy_ops else 0,
+            counts.prefill_tokens, num_running, num_waiting, num_swapped, num_preemptions, usage,
+            logical_slots, blocks, sum(op.length for op in batch.copy_ops) if batch.copy_ops else 0,
             timings.get("attention_s", nan), timings.get("forward_s", nan), timings.get("sampling_s", nan),
             timings.get("copy_s", nan), timings.get("swap_s", nan),
-            schedule_s,
-            num_running if running_requests is None else running_requests,
-        ))
+            schedule_s, num_running if running_requests is None else running_requests))
         if tiers is not None:  # offload tiers on only: bytes held after the step, moved in it
             self._tiers.append(tiers)
 
@@ -93,18 +101,16 @@ class Recorder:
         """The rows ``step`` logs, for each step of a decode run (``kvbench.engine.decode_run``):
         ``num_seqs`` one-token sampling chunks (context ``pairs[j]``), no copy or swap; ``books``
         the allocator's (token, reserved, internal, external, blocks) of each step."""
-        nan = math.nan
         token, reserved, internal, external, blocks = books
         durations, attention, forward, sampling, copy, swap = (
             times[key] for key in ("duration_s", "attention_s", "forward_s", "sampling_s", "copy_s", "swap_s"))
         append = self._rows.append
         for j, start in enumerate(starts):
-            total = token[j] + reserved[j] + internal[j] + external[j]
-            held = blocks[j] if blocks is not None else None
-            append((first_index + j, start, durations[j], num_seqs, num_seqs, num_seqs, 0, num_running[j], num_waiting[j],
-                    0, num_preemptions[j], token[j] / total, reserved[j] / total, internal[j] / total,
-                    external[j] / total, nan, pairs[j], token[j], held[0] if held else nan, held[1] if held else nan,
-                    0, attention[j], forward[j], sampling[j], copy[j], swap[j], schedule_s, num_seqs))
+            usage = MemoryUsage(token[j], reserved[j], internal[j], external[j])
+            append(_row(first_index + j, start, durations[j], num_seqs, num_seqs, num_seqs, 0, num_running[j],
+                        num_waiting[j], 0, num_preemptions[j], usage, pairs[j],
+                        blocks[j] if blocks is not None else None, 0, attention[j], forward[j], sampling[j],
+                        copy[j], swap[j], schedule_s, num_seqs))
 
     def steps_frame(self) -> pd.DataFrame:
         if not self._rows:

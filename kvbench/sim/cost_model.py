@@ -587,6 +587,15 @@ def _add_ops(s: StepSummary, batch) -> StepSummary:
     return s
 
 
+def _attention_bounds(p: CostParams, block_size: int, pairs, blocks):
+    """Attention's compute-bound and memory-bound times over ``pairs`` (query, key) pairs read
+    from ``blocks`` blocks (numbers, or arrays elementwise)."""
+    n = p.count
+    gather_per_block = p.segments_per_block * p.gather_half_bytes
+    return (pairs * p.attn_flops_per_pair / n / p.attn_flops_rate,
+            blocks * (block_size * p.bytes_per_slot + gather_per_block) / n / p.mem_rate)
+
+
 def step_time(p: CostParams, s: StepSummary) -> dict[str, float]:
     """Modelled time of one step, split by phase (``TIMING_KEYS``) plus ``duration_s`` and the
     work counters behind it (whole model, all GPUs): ``dense_flops``, ``kv_read_bytes``,
@@ -602,12 +611,10 @@ def step_time(p: CostParams, s: StepSummary) -> dict[str, float]:
             forward += 2 * p.num_layers * p.allreduce_s(tokens * p.hidden_bytes_per_token)
 
     bs = s.block_size
-    gather_per_block = p.segments_per_block * p.gather_half_bytes
     attention = 0.0
     for pairs, blocks in ((s.prefill_pairs, s.prefill_blocks), (s.decode_pairs, s.decode_blocks)):
         if blocks:
-            flops_t = pairs * p.attn_flops_per_pair / n / p.attn_flops_rate
-            bytes_t = blocks * (bs * p.bytes_per_slot + gather_per_block) / n / p.mem_rate
+            flops_t, bytes_t = _attention_bounds(p, bs, pairs, blocks)
             attention += flops_t if flops_t > bytes_t else bytes_t
     attention += tokens * p.bytes_per_slot / n / p.mem_rate
 
@@ -655,8 +662,7 @@ def decode_run_times(p: CostParams, block_size: int, num_seqs: int, decode_pairs
     fixed = step_time(p, StepSummary(block_size, tokens, tokens, tokens, tokens, 0, 0, 0, 0))
     forward, sampling = fixed["forward_s"], fixed["sampling_s"]
     overhead = p.overhead_s + tokens * p.seq_overhead_s
-    flops_t = decode_pairs * p.attn_flops_per_pair / n / p.attn_flops_rate
-    bytes_t = decode_blocks * (block_size * p.bytes_per_slot + p.segments_per_block * p.gather_half_bytes) / n / p.mem_rate
+    flops_t, bytes_t = _attention_bounds(p, block_size, decode_pairs, decode_blocks)
     attention = np.where(flops_t > bytes_t, flops_t, bytes_t) + tokens * p.bytes_per_slot / n / p.mem_rate
     busy = forward + attention
     overhead = np.where(busy < p.issue_floor_s, overhead + (p.issue_floor_s - forward - attention), overhead)
