@@ -236,6 +236,10 @@ class PagedAllocator(Allocator):
     def num_free_blocks(self) -> int:
         return len(self._free)
 
+    def _shared_entries(self) -> int:
+        """Table entries past one per used block, in a state ``decode_run_ready`` accepts (none)."""
+        return 0
+
     def decode_run_room(self, seq_ids: Sequence[int], tokens: np.ndarray, steps: int) -> tuple[int, int]:
         """Of ``steps`` rounds of one-token grows of sequences holding ``tokens``: how many fit
         in the free blocks, and the blocks the first round takes."""
@@ -243,22 +247,25 @@ class PagedAllocator(Allocator):
         taken = np.cumsum(np.bincount(tokens & mask, minlength=self.block_size)[-np.arange(steps) & mask])
         return int(np.searchsorted(taken, len(self._free), side="right")), int(taken[0]) if steps else 0
 
-    def decode_run_books(self, seq_ids: Sequence[int], tokens: np.ndarray, finals: np.ndarray, steps: int) -> tuple:
-        """``usage`` (token, reserved, internal, external slots) and the per-sequence and distinct
-        block counts after each round of a run, as lists over the rounds (as ``_partial_blocks``:
-        every block private, one partial block per sequence at most)."""
+    def decode_run_books(self, seq_ids: Sequence[int], tokens: np.ndarray, finals: np.ndarray, steps: int,
+                         grown: bool = False) -> tuple:
+        """``usage`` (token, reserved, internal, external slots), the per-sequence and distinct
+        block counts and the cached slots (None: no prefix cache) after each round of a run, as
+        lists over the rounds (as ``_partial_blocks``: one partial block per sequence at most,
+        private; shared blocks are full). ``grown``: the rounds' blocks are already taken."""
         bs, mask = self.block_size, self._mask
         held = tokens[:, None] + np.arange(1, steps + 1)  # sequences x rounds
         fill = held & mask  # tokens in the last block (0: it is full, no partial block)
         partial = fill != 0
         reach = np.minimum(finals[:, None] - held + fill, bs)  # >= fill: a sequence never outgrows its final length
-        used = ((held + mask) >> self._shift).sum(axis=0)  # every block in use (ready)
+        per_table = ((held + mask) >> self._shift).sum(axis=0)  # every block in use, once per table
+        shared = self._shared_entries()
+        used = per_table - shared
         token = (used - partial.sum(axis=0)) * bs + fill.sum(axis=0)
         reserved = ((reach - fill) * partial).sum(axis=0)
         internal = ((bs - reach) * partial).sum(axis=0)
-        used = used.tolist()
-        return (token.tolist(), reserved.tolist(), internal.tolist(), [self.num_slots - u * bs for u in used],
-                [(u, u) for u in used])
+        return (token.tolist(), reserved.tolist(), internal.tolist(), (self.num_slots - used * bs).tolist(),
+                [(u, u - shared) for u in per_table.tolist()], None)
 
     def admit_waits(self, seq_id: int, prompt: Sequence[int], max_len: int, final_len: int | None,
                     taken: int) -> bool:
@@ -266,10 +273,11 @@ class PagedAllocator(Allocator):
         return self._refuse(seq_id, prompt, max_len, final_len) is None \
             and ceil_div(len(prompt), self.block_size) > len(self._free) - taken
 
-    def grow_decode_run(self, seq_ids: Sequence[int], tokens: Sequence[int], steps: int) -> None:
+    def grow_decode_run(self, seq_ids: Sequence[int], tokens: Sequence[int], steps: int,
+                        token_ids: Sequence[Sequence[int]]) -> None:
         """``steps`` rounds of ``grow_many`` of one token for every sequence, in order, from the
         state ``decode_run_ready`` accepts; ``tokens``: each one's now (the caller has checked
-        that the free blocks suffice)."""
+        that the free blocks suffice); ``token_ids``: each one's ids, the run's included."""
         mask = self._mask
         by_phase: list[list[_PagedSeq]] = [[] for _ in range(self.block_size)]
         seqs = [self._seqs[seq_id] for seq_id in seq_ids]

@@ -51,6 +51,8 @@ from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from allocators.base import Admission, AllocatorError, Fit, MemoryUsage, ceil_div
 from allocators.cache_policy import CachePolicy, make_policy
 from allocators.paged import PagedAllocator, _PagedSeq
@@ -205,31 +207,14 @@ class PagedPrefixAllocator(PagedAllocator):
                 self._num_cached += 1
         fresh.extendleft(reversed(unhashed))  # the first released ends up first
 
-    def cached_prefix_len(self, tokens: Sequence[int]) -> int:
-        """Leading tokens of ``tokens`` whose full blocks the cache holds now (as admit would hit)."""
-        bs = self.block_size
-        parent, hits = ROOT_HASH, 0
-        for i in range((len(tokens) - 1) // bs if tokens else 0):
-            key = (parent, tuple(tokens[i * bs : (i + 1) * bs]))
-            h = self._hash_block(*key)
-            block = self._hash_to_block.get(h)
-            if block is None or self._block_key[block] != key:
-                break
-            hits += 1
-            parent = h
-        return hits * bs
-
-    # -- lifecycle -------------------------------------------------------------------------
-    def admit(self, seq_id: int, prompt: Sequence[int], max_len: int, final_len: int | None = None) -> Admission:
-        refusal = self._refuse(seq_id, prompt, max_len, final_len)
-        if refusal is not None:
-            return refusal
+    def _lookup(self, prompt: Sequence[int]) -> tuple[list[int], list[int], int]:
+        """The prompt's leading full blocks (within ``prompt[:-1]``) the cache holds: their
+        blocks, their hashes and the hash of the last (``ROOT_HASH`` for none)."""
         bs = self.block_size
         hits: list[int] = []
         hashes: list[int] = []
         parent = ROOT_HASH
-        queries = (len(prompt) - 1) // bs if prompt else 0
-        for i in range(queries):
+        for i in range((len(prompt) - 1) // bs if prompt else 0):
             key = (parent, tuple(prompt[i * bs : (i + 1) * bs]))
             h = self._hash_block(*key)
             block = self._hash_to_block.get(h)
@@ -238,11 +223,30 @@ class PagedPrefixAllocator(PagedAllocator):
             hits.append(block)
             hashes.append(h)
             parent = h
+        return hits, hashes, parent
+
+    def cached_prefix_len(self, tokens: Sequence[int]) -> int:
+        """Leading tokens of ``tokens`` whose full blocks the cache holds now (as admit would hit)."""
+        return len(self._lookup(tokens)[0]) * self.block_size
+
+    def _blocks_needed(self, prompt: Sequence[int], hits: list[int]) -> int:
+        """Free blocks an admit takes: the prompt's blocks past its hits, and its hits on cached blocks."""
         ref = self._ref
-        revived = sum(1 for b in hits if not ref[b])
+        return ceil_div(len(prompt), self.block_size) - len(hits) + sum(1 for b in hits if not ref[b])
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def admit(self, seq_id: int, prompt: Sequence[int], max_len: int, final_len: int | None = None) -> Admission:
+        refusal = self._refuse(seq_id, prompt, max_len, final_len)
+        if refusal is not None:
+            return refusal
+        bs = self.block_size
+        queries = (len(prompt) - 1) // bs if prompt else 0
+        hits, hashes, parent = self._lookup(prompt)
+        needed = self._blocks_needed(prompt, hits)
+        if needed > len(self._free):
+            return Admission(Fit.LATER, f"prompt needs {needed} free blocks; {len(self._free)} free")
         fresh = ceil_div(len(prompt), bs) - len(hits)
-        if fresh + revived > len(self._free):
-            return Admission(Fit.LATER, f"prompt needs {fresh + revived} free blocks; {len(self._free)} free")
+        ref = self._ref
         policy = self._policy
         for b, h in zip(hits, hashes):
             if not ref[b]:
@@ -390,6 +394,77 @@ class PagedPrefixAllocator(PagedAllocator):
                 stores.append((h, tuple(seq.table[i + 1 - tiers.chunk_blocks:i + 1])))
         if stores:
             tiers.store_many(stores)
+
+    # -- decode runs (kvbench.engine.decode_run): many rounds of one-token grows at once -------
+    def decode_run_ready(self, num_running: int) -> bool:
+        """As paged's, with no tiers and nothing left to commit; shared blocks may be (prefix
+        hits: full, never grown into) but every partial block is private, and every hashable
+        sequence's full blocks are hashed (a round's commit then hashes the blocks it fills)."""
+        seqs = self._seqs
+        if self._tiers is not None or self._uncommitted or len(seqs) != num_running:
+            return False
+        shift, mask, ref = self._shift, self._mask, self._ref
+        return all([(not s.num_tokens & mask or ref[s.table[-1]] == 1)
+                    and (not s.hashable or len(s.hashes) == s.num_tokens >> shift) for s in seqs.values()])
+
+    def _shared_entries(self) -> int:
+        """Table entries past one per used block: the prefix hits shared between sequences."""
+        return sum([len(s.table) for s in self._seqs.values()]) - self._used_blocks()
+
+    def decode_run_books(self, seq_ids: Sequence[int], tokens: np.ndarray, finals: np.ndarray, steps: int,
+                         grown: bool = False) -> tuple:
+        """As paged's, with the cached free blocks each round leaves: a grow takes a fresh
+        block while there is one, else evicts a cached one."""
+        books = super().decode_run_books(seq_ids, tokens, finals, steps, grown)
+        bs = self.block_size
+        if grown:
+            cached = np.full(steps, self._num_cached, dtype=np.int64)
+        else:
+            taken = np.cumsum(np.bincount(tokens & self._mask, minlength=bs)[-np.arange(steps) & self._mask])
+            cached = self._num_cached - np.maximum(taken - len(self._free.fresh), 0)
+        slots = (cached * bs).tolist()
+        external = [e - c for e, c in zip(books[3], slots)]
+        return books[0], books[1], books[2], external, books[4], slots
+
+    def admit_waits(self, seq_id: int, prompt: Sequence[int], max_len: int, final_len: int | None,
+                    taken: int) -> bool:
+        """Whether ``admit`` would answer LATER, changing nothing, after ``taken`` more blocks go
+        (a grow that evicts one of the prompt's hits only raises what it needs)."""
+        return self._refuse(seq_id, prompt, max_len, final_len) is None \
+            and self._blocks_needed(prompt, self._lookup(prompt)[0]) > len(self._free) - taken
+
+    def grow_decode_run(self, seq_ids: Sequence[int], tokens: Sequence[int], steps: int,
+                        token_ids: Sequence[Sequence[int]]) -> None:
+        """As paged's, round by round: each round's grows, then its commit (the sequences that
+        filled a block, hashed in the order the general path's set of them gives)."""
+        mask = self._mask
+        seqs = [self._seqs[seq_id] for seq_id in seq_ids]
+        by_phase: list[list[tuple[int, _PrefixSeq, int]]] = [[] for _ in range(self.block_size)]
+        for seq_id, seq, nt, ids in zip(seq_ids, seqs, tokens, token_ids):
+            by_phase[nt & mask].append((seq_id, seq, nt))
+            if seq.hashable and nt + steps > len(seq.token_ids):
+                seq.token_ids.extend(ids[len(seq.token_ids):nt + steps])
+        ref = self._ref
+        for j in range(steps):
+            for _, seq, _ in by_phase[-j & mask]:
+                block = self._take_block()
+                ref[block] = 1
+                seq.table.append(block)
+            filled = by_phase[(-j - 1) & mask]
+            if not filled:
+                continue
+            noted: set[int] = set()  # commit() walks the set grow_many noted them in, added one by one
+            at = {}
+            for seq_id, seq, nt in filled:
+                if seq.hashable:
+                    noted.add(seq_id)
+                    at[seq_id] = seq, nt + j + 1
+            for seq_id in noted:
+                seq, end = at[seq_id]
+                seq.num_tokens = end
+                self._hash_full_blocks(seq)
+        for seq, nt in zip(seqs, tokens):
+            seq.num_tokens = nt + steps
 
     def _child_of(self, parent: _PagedSeq) -> _PagedSeq:
         assert isinstance(parent, _PrefixSeq)

@@ -246,9 +246,10 @@ class RegionAllocator(Allocator):
         seqs = self._seqs
         return min(steps, min([seqs[i].capacity - n for i, n in zip(seq_ids, tokens.tolist())])), 0
 
-    def decode_run_books(self, seq_ids: Sequence[int], tokens: np.ndarray, finals: np.ndarray, steps: int) -> tuple:
+    def decode_run_books(self, seq_ids: Sequence[int], tokens: np.ndarray, finals: np.ndarray, steps: int,
+                         grown: bool = False) -> tuple:
         """``usage`` (token, reserved, internal, external slots) after each round of a run, as
-        lists over the rounds; no block counts (regions are not shared)."""
+        lists over the rounds; no block counts (regions are not shared), no cache."""
         caps = np.array([self._seqs[i].capacity for i in seq_ids], dtype=np.int64)
         held = tokens[:, None] + np.arange(1, steps + 1)
         fill_to = np.minimum(finals, caps)[:, None]
@@ -256,7 +257,7 @@ class RegionAllocator(Allocator):
         reserved = np.where(fill_to > held, fill_to - held, 0).sum(axis=0)
         allocated = sum(seq.capacity for seq in self._seqs.values())
         internal = allocated - token - reserved
-        return token.tolist(), reserved.tolist(), internal.tolist(), [self.num_slots - allocated] * steps, None
+        return token.tolist(), reserved.tolist(), internal.tolist(), [self.num_slots - allocated] * steps, None, None
 
     def admit_waits(self, seq_id: int, prompt: Sequence[int], max_len: int, final_len: int | None,
                     taken: int) -> bool:
@@ -270,7 +271,8 @@ class RegionAllocator(Allocator):
             return False
         return nblocks <= self._max_region_blocks and not self._has_region(nblocks)
 
-    def grow_decode_run(self, seq_ids: Sequence[int], tokens: Sequence[int], steps: int) -> None:
+    def grow_decode_run(self, seq_ids: Sequence[int], tokens: Sequence[int], steps: int,
+                        token_ids: Sequence[Sequence[int]]) -> None:
         """``steps`` rounds of one-token grows, all inside their regions."""
         for seq_id in seq_ids:
             self._seqs[seq_id].num_tokens += steps

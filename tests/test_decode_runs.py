@@ -28,6 +28,16 @@ SETTINGS = {
                           "workload.request_rate=20.0", "workload.duration_s=10"],
     # the region allocators: a buddy reserving the maximum (Orca (Max)), a contiguous oracle
     "orca-max": ["allocator=orca-max", "workload=sharegpt", "workload.request_rate=2.0", "workload.duration_s=40"],
+    # prefix caching: hashes registered round by round between the grows that evict cached blocks
+    "prefix-pressure": ["allocator=paged_prefix", "workload=sharegpt", "workload.num_requests=120",
+                        "engine.kv_cache_bytes=1.6384e9"],
+    "prefix-multiturn-arc": ["allocator=paged_prefix", "allocator.eviction=arc", "workload=multiturn",
+                             "workload.num_requests=60", "workload.think_time_s=0.5", "engine.kv_cache_bytes=1.6384e9"],
+    "prefix-prompt-first": ["allocator=paged_prefix", "system=vllm-2023", "workload=multiturn", "workload.num_requests=40",
+                            "workload.think_time_s=2.0", "engine.kv_cache_bytes=2.4576e9"],
+    # shared system prompts: running sequences share full prefix blocks
+    "prefix-sysprompt": ["allocator=paged_prefix", "workload=system_prompts", "workload.num_requests=150",
+                         "engine.kv_cache_bytes=1.6384e9"],
     "contiguous-oracle": ["allocator=contiguous", "allocator.reserve=oracle", "workload=sharegpt",
                           "workload.num_requests=120", "engine.kv_cache_bytes=1.6384e9"],
 }
@@ -78,8 +88,8 @@ def test_progress_and_max_steps_see_every_step():
 
 
 def test_runs_only_where_every_step_is_the_same():
-    engine, _ = engine_for(["allocator=paged_prefix"], runs=True)
-    assert engine.decode_runs is None  # prefix caching notes the ids of every grow
+    engine, _ = engine_for(["allocator=radix"], runs=True)
+    assert engine.decode_runs is None  # no batched grow: the radix tree inserts as the general path does
     engine, _ = engine_for(["allocator=paged"], runs=True)
     assert engine.decode_runs is not None
     stops = Engine(engine.allocator, engine.executor, SchedulerConfig(stop_token_ids=(2,)))

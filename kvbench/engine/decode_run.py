@@ -27,10 +27,12 @@ import numpy as np
 from allocators.buddy import BuddyAllocator
 from allocators.contiguous import ContiguousAllocator
 from allocators.paged import PagedAllocator
+from allocators.paged_prefix import PagedPrefixAllocator
 from kvbench.engine.policies import PromptFirstScheduler
 from kvbench.engine.scheduler import Scheduler
 from kvbench.engine.victims import NewestVictim
 
+RUN_ALLOCATORS = (PagedAllocator, PagedPrefixAllocator, ContiguousAllocator, BuddyAllocator)  # decode_run_* books
 MAX_RUN_STEPS = 128  # bounds the (sequences x steps) arrays; a longer stretch is several runs
 
 
@@ -47,16 +49,17 @@ class DecodeRuns:
         # paper-era vLLM: each step first tries the waiting prompts alone, then decodes without admitting
         self.prompt_first = isinstance(self.sched, PromptFirstScheduler)
         # a step short of blocks preempts as the general path does for these (kvbench.engine.victims)
-        self.preempts_newest = (type(self.alloc) is PagedAllocator and type(self.sched.victims) is NewestVictim
+        self.preempts_newest = (type(self.alloc) in (PagedAllocator, PagedPrefixAllocator)
+                                and type(self.sched.victims) is NewestVictim
                                 and self.sched.cfg.preemption == "recompute")
 
     @classmethod
     def for_engine(cls, engine) -> DecodeRuns | None:
         sched, alloc = engine.scheduler, engine.allocator
-        plain = (type(alloc) in (PagedAllocator, ContiguousAllocator, BuddyAllocator) and not alloc.debug
+        plain = (type(alloc) in RUN_ALLOCATORS and not alloc.debug
                  and hasattr(engine.executor, "draw_tokens")
                  and type(sched) in (Scheduler, PromptFirstScheduler) and not sched.order.reorders
-                 and not engine.cfg.stop_token_ids                 and not engine.memmap_every and engine.tiers is None and engine.load_cost is None
+                 and not engine.cfg.stop_token_ids and not engine.memmap_every and engine.tiers is None and engine.load_cost is None
                  and not engine.tier_copies and engine.max_concurrency is None)
         return cls(engine) if plain else None
 
@@ -113,7 +116,6 @@ class DecodeRuns:
         ends = clock[1:done + 1].tolist()
         times = {key: values[:done].tolist() for key, values in times.items()}
         books = alloc.decode_run_books(seq_ids, c, np.array([g.kv_final_len for g in running], dtype=np.int64), done)
-        alloc.grow_decode_run(seq_ids, computed, done)
         drawn_tokens = executor.draw_tokens(n * done)  # step by step, in chunk order
         emitted = array("d", ends)
         for i, seq in enumerate(seqs):
@@ -121,6 +123,7 @@ class DecodeRuns:
             seq.num_computed += done
             seq.num_generated += done
             seq.token_times.extend(emitted)
+        alloc.grow_decode_run(seq_ids, computed, done, [s.tokens for s in seqs])
         sched.now = starts[-1]
         sched.sampled_groups = list(running)
         sched.plain_decodes = n
@@ -159,6 +162,9 @@ class DecodeRuns:
         general path's exclusive rule)."""
         sched, alloc = self.sched, self.alloc
         running = sched.running
+        per_table, distinct = alloc.block_counts()
+        if per_table != distinct:  # prefix hits shared: a preemption may free fewer blocks than it holds
+            return None
         mask, shift = alloc.block_size - 1, alloc.block_size.bit_length() - 1
         computed = [g.seqs[0].num_computed for g in running]
         free, last = alloc.num_free_blocks(), len(running) - 1
@@ -178,22 +184,25 @@ class DecodeRuns:
                 free -= 1
         t0 = time.perf_counter()
         sched.now = now
-        i = 0
-        while i < len(running):
-            seq = running[i].seqs[0]
-            if alloc.grow(seq.seq_id, 1, seq.tokens[-1:]) is None:
-                sched._preempt(running[-1])
-                continue
-            seq.num_computed += 1
-            i += 1
-        n = len(running)
         seqs = [g.seqs[0] for g in running]
+        grows = [(s.seq_id, s.tokens[-1:]) for s in seqs]
+        i = 0
+        while True:  # grow_many stops at the first grow the pool cannot take: preempt, go on
+            i += len(alloc.grow_many(grows[i:len(running)]))
+            if i >= len(running):
+                break
+            sched._preempt(running[-1])
+        n = len(running)
+        del seqs[n:]
+        for seq in seqs:
+            seq.num_computed += 1
         held = np.array([s.num_computed for s in seqs], dtype=np.int64)
         pairs, blocks_read = int(held.sum()), int(((held + mask) >> shift).sum())
         times = self.executor.decode_run_times(n, np.array([pairs]), np.array([blocks_read]), alloc.block_size)
         after = now + float(times["duration_s"][0])
         books = alloc.decode_run_books([s.seq_id for s in seqs], held - 1,
-                                       np.array([g.kv_final_len for g in running], dtype=np.int64), 1)
+                                       np.array([g.kv_final_len for g in running], dtype=np.int64), 1, grown=True)
+        alloc.commit()  # after the step's forward pass on the general path: nothing in between reads the pool
         for seq, token in zip(seqs, self.executor.draw_tokens(n)):
             seq.tokens.append(token)
             seq.num_generated += 1

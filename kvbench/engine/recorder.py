@@ -100,13 +100,13 @@ class Recorder:
                    num_preemptions: list[int], schedule_s: float) -> None:
         """The rows ``step`` logs, for each step of a decode run (``kvbench.engine.decode_run``):
         ``num_seqs`` one-token sampling chunks (context ``pairs[j]``), no copy or swap; ``books``
-        the allocator's (token, reserved, internal, external, blocks) of each step."""
-        token, reserved, internal, external, blocks = books
+        the allocator's (token, reserved, internal, external, blocks, cached) of each step."""
+        token, reserved, internal, external, blocks, cached = books
         durations, attention, forward, sampling, copy, swap = (
             times[key] for key in ("duration_s", "attention_s", "forward_s", "sampling_s", "copy_s", "swap_s"))
         append = self._rows.append
         for j, start in enumerate(starts):
-            usage = MemoryUsage(token[j], reserved[j], internal[j], external[j])
+            usage = MemoryUsage(token[j], reserved[j], internal[j], external[j], None if cached is None else cached[j])
             append(_row(first_index + j, start, durations[j], num_seqs, num_seqs, num_seqs, 0, num_running[j],
                         num_waiting[j], 0, num_preemptions[j], usage, pairs[j],
                         blocks[j] if blocks is not None else None, 0, attention[j], forward[j], sampling[j],
