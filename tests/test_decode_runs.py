@@ -8,6 +8,7 @@ from hydra import compose, initialize_config_dir
 
 from kvbench.config.errors import CONF_DIR
 from kvbench.engine import Engine, SchedulerConfig
+from kvbench.run.lifecycle import make_engine
 from kvbench.run.prepare import prepare
 
 SETTINGS = {
@@ -38,18 +39,21 @@ SETTINGS = {
     # shared system prompts: running sequences share full prefix blocks
     "prefix-sysprompt": ["allocator=paged_prefix", "workload=system_prompts", "workload.num_requests=150",
                          "engine.kv_cache_bytes=1.6384e9"],
+    # swap preemption: runs, but the step short of blocks goes to the general path
+    "prefix-swap": ["allocator=paged_prefix", "engine.preemption=swap", "workload=sharegpt", "workload.num_requests=100",
+                    "engine.kv_cache_bytes=1.6e9"],
     "contiguous-oracle": ["allocator=contiguous", "allocator.reserve=oracle", "workload=sharegpt",
                           "workload.num_requests=120", "engine.kv_cache_bytes=1.6384e9"],
 }
 
 
-def engine_for(overrides: list[str], runs: bool, **kwargs):
+def engine_for(overrides: list[str], runs: bool, progress=None):
+    """The engine a run of these overrides builds (its scheduler, policies and limits), and its requests."""
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         cfg = compose(config_name="config", overrides=["backend=sim", "model=opt-13b",
                                                        "gpu=a100-40gb", "progress=false", "logger=none", *overrides])
     prep = prepare(cfg)
-    sched_cfg = SchedulerConfig(max_num_seqs=int(cfg.engine.max_num_seqs), max_model_len=int(cfg.model.max_model_len))
-    engine = Engine(prep.allocator, prep.executor, sched_cfg, **kwargs)
+    engine = make_engine(cfg, prep, progress)
     if not runs:
         engine.decode_runs = None
     return engine, prep.workload.requests
@@ -59,10 +63,26 @@ def without_wall_time(steps: pd.DataFrame) -> pd.DataFrame:
     return steps.drop(columns=["schedule_s"])
 
 
-@pytest.mark.parametrize("setting", sorted(SETTINGS))
-def test_runs_match_the_general_path(setting):
-    fast, requests = engine_for(SETTINGS[setting], runs=True)
-    slow, same_requests = engine_for(SETTINGS[setting], runs=False)
+# knobs none of the settings above turn, with prefix caching (the slow tier)
+MORE_SETTINGS = {
+    "block-8": ["allocator.block_size=8", "workload=sharegpt", "workload.num_requests=100", "engine.kv_cache_bytes=1.2e9"],
+    "block-64-rate": ["allocator.block_size=64", "workload=sharegpt", "workload.request_rate=4.0", "workload.duration_s=30"],
+    "slru-multiturn": ["allocator.eviction=slru", "workload=multiturn", "workload.num_requests=60",
+                       "workload.think_time_s=1.0", "engine.kv_cache_bytes=1.2e9"],
+    "lfu-sysprompt-rate": ["allocator.eviction=lfu", "workload=system_prompts", "workload.request_rate=8.0",
+                           "workload.duration_s=15", "engine.kv_cache_bytes=2.0e9"],
+    "shared-prefix-prompt-first": ["system=vllm-2023", "workload=shared_prefix", "workload.prefix_len=200",
+                                   "workload.request_rate=6.0", "workload.duration_s=20"],
+    "any-order": ["engine.keep_arrival_order=false", "workload=sharegpt", "workload.num_requests=100",
+                  "engine.kv_cache_bytes=1.6e9"],
+    "tp4": ["model=opt-66b", "gpu.count=4", "workload=sharegpt", "workload.request_rate=3.0", "workload.duration_s=30"],
+    "token-budget-64": ["engine.max_num_batched_tokens=64", "workload=sharegpt", "workload.num_requests=60"],
+}
+
+
+def assert_runs_match(overrides: list[str]) -> None:
+    fast, requests = engine_for(overrides, runs=True)
+    slow, same_requests = engine_for(overrides, runs=False)
     out_fast, out_slow = fast.run(requests), slow.run(same_requests)
     assert fast.decode_runs.steps_fast > len(out_fast.steps) // 4  # runs took a real share of the steps
     pd.testing.assert_frame_equal(without_wall_time(out_fast.steps), without_wall_time(out_slow.steps), check_exact=True)
@@ -77,10 +97,21 @@ def test_runs_match_the_general_path(setting):
         {k: v for k, v in out_slow.summary.items() if k not in volatile}
 
 
+@pytest.mark.parametrize("setting", sorted(SETTINGS))
+def test_runs_match_the_general_path(setting):
+    assert_runs_match(SETTINGS[setting])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("setting", sorted(MORE_SETTINGS))
+def test_runs_match_with_prefix_caching_and_other_knobs(setting):
+    assert_runs_match(["allocator=paged_prefix", *MORE_SETTINGS[setting]])
+
+
 def test_progress_and_max_steps_see_every_step():
     calls = {True: [], False: []}
     for runs in (True, False):
-        engine, requests = engine_for(SETTINGS["rate"], runs, max_steps=700,
+        engine, requests = engine_for([*SETTINGS["rate"], "engine.max_steps=700"], runs,
                                       progress=lambda done, now, runs=runs: calls[runs].append((done, now)))
         with pytest.raises(RuntimeError, match="max_steps=700"):
             engine.run(requests)

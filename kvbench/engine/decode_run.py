@@ -2,10 +2,12 @@
 
 Between two events (an arrival, the pool running short, a group to admit) every step of a
 continuous-batching engine is the same: each running sequence decodes one token. On the
-simulator with ``paged`` or a region allocator (contiguous, buddy) such a run of steps is
-computed here as arrays (sequences x steps): context lengths, blocks read, blocks taken, step
-times and the memory breakdown of each step; the per-sequence work (tokens, emission times,
-block tables) is done once per run, not once per step. The cost model and the step log still see
+simulator with ``paged``, ``paged_prefix`` (no tiers) or a region allocator (contiguous, buddy)
+such a run of steps is computed here as arrays (sequences x steps): context lengths, blocks read,
+blocks taken, step times and the memory breakdown of each step; the per-sequence work (tokens,
+emission times, block tables) is done once per run, not once per step. ``paged_prefix`` hashes
+the blocks a run fills round by round, between the grows that may evict cached blocks, as each
+step's commit would. The cost model and the step log still see
 every step, with the numbers the general path would give: the identity suite
 (``tests/sim_identity.py``) and ``tests/test_decode_runs.py`` hold both paths to the same bits.
 

@@ -57,20 +57,10 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None, logger=None, run_id:
     prep = prepare(cfg, spec)
     requests = prep.workload.requests
     run_id = run_id or new_run_id()
-    eng = cfg.engine
-    sched_cfg = SchedulerConfig(**vars(prep.spec.scheduler), stop_token_ids=_stop_token_ids(cfg, prep),
-                                **policy_knobs(cfg))
     progress = _progress_bar(cfg, len(requests), _job_label(cfg))
     wall0 = time.perf_counter()
     try:
-        engine = Engine(prep.allocator, prep.executor, sched_cfg, max_steps=eng.get("max_steps"),
-                        progress=progress.update_to if progress else None,
-                        memmap_every=int(eng.get("memmap_every") or 0),
-                        scheduler_cls=scheduler_class(_scheduling(cfg), str(eng.get("batching", "continuous"))),
-                        max_concurrency=prep.spec.workload.max_concurrency,
-                        load_cost=LoadCost.from_configs(cfg) if _sim_tiers(cfg, prep) else None, tiers=prep.tiers,
-                        swap_space=HostTierSwap(prep.tiers, prep.spec.geometry.bytes_per_slot)
-                        if prep.tiers is not None else None)
+        engine = make_engine(cfg, prep, progress.update_to if progress else None)
         out = engine.run(requests)
     finally:
         if progress:
@@ -109,6 +99,20 @@ def _trace_stats(workload) -> dict:
             "overlong": meta.get("overlong"),  # replayed traces: refuse | clip requests longer than the model
             "num_refused_overlong": meta.get("num_refused_overlong"),
             "time_scale": meta.get("time_scale")}
+
+
+def make_engine(cfg: DictConfig, prep: Prepared, progress=None) -> Engine:
+    """The run's engine: its scheduler, policies, tiers and limits as the config says."""
+    eng = cfg.engine
+    sched_cfg = SchedulerConfig(**vars(prep.spec.scheduler), stop_token_ids=_stop_token_ids(cfg, prep),
+                                **policy_knobs(cfg))
+    return Engine(prep.allocator, prep.executor, sched_cfg, max_steps=eng.get("max_steps"), progress=progress,
+                  memmap_every=int(eng.get("memmap_every") or 0),
+                  scheduler_cls=scheduler_class(_scheduling(cfg), str(eng.get("batching", "continuous"))),
+                  max_concurrency=prep.spec.workload.max_concurrency,
+                  load_cost=LoadCost.from_configs(cfg) if _sim_tiers(cfg, prep) else None, tiers=prep.tiers,
+                  swap_space=HostTierSwap(prep.tiers, prep.spec.geometry.bytes_per_slot)
+                  if prep.tiers is not None else None)
 
 
 def _scheduling(cfg: DictConfig) -> str:
