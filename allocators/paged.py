@@ -237,8 +237,17 @@ class PagedAllocator(Allocator):
         return len(self._free)
 
     def _shared_entries(self) -> int:
-        """Table entries past one per used block, in a state ``decode_run_ready`` accepts (none)."""
-        return 0
+        """Table entries past one per used block: blocks shared between sequences."""
+        return sum([len(s.table) for s in self._seqs.values()]) - self._used_blocks()
+
+    def _partials_private(self) -> bool:
+        """Whether every live sequence's partial last block is its own (shared blocks are full)."""
+        mask, ref = self._mask, self._ref
+        return all([not s.num_tokens & mask or ref[s.table[-1]] == 1 for s in self._seqs.values()])
+
+    def _cache_room(self) -> tuple[int, int] | None:
+        """A prefix cache's (cached blocks, free blocks taken before any cached one), or None."""
+        return None
 
     def decode_run_room(self, seq_ids: Sequence[int], tokens: np.ndarray, steps: int) -> tuple[int, int]:
         """Of ``steps`` rounds of one-token grows of sequences holding ``tokens``: how many fit
@@ -264,8 +273,20 @@ class PagedAllocator(Allocator):
         token = (used - partial.sum(axis=0)) * bs + fill.sum(axis=0)
         reserved = ((reach - fill) * partial).sum(axis=0)
         internal = ((bs - reach) * partial).sum(axis=0)
-        return (token.tolist(), reserved.tolist(), internal.tolist(), (self.num_slots - used * bs).tolist(),
-                [(u, u - shared) for u in per_table.tolist()], None)
+        external = self.num_slots - used * bs
+        cached = None
+        room = self._cache_room()
+        if room is not None:  # a grow takes a free block while there is one, else evicts a cached one
+            num_cached, num_free = room
+            if grown:
+                cached = np.full(steps, num_cached * bs, dtype=np.int64)
+            else:
+                taken = np.cumsum(np.bincount(tokens & mask, minlength=bs)[-np.arange(steps) & mask])
+                cached = (num_cached - np.maximum(taken - num_free, 0)) * bs
+            external = external - cached
+            cached = cached.tolist()
+        return (token.tolist(), reserved.tolist(), internal.tolist(), external.tolist(),
+                [(u, u - shared) for u in per_table.tolist()], cached)
 
     def admit_waits(self, seq_id: int, prompt: Sequence[int], max_len: int, final_len: int | None,
                     taken: int) -> bool:

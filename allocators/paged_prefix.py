@@ -51,8 +51,6 @@ from collections import deque
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
-import numpy as np
-
 from allocators.base import Admission, AllocatorError, Fit, MemoryUsage, ceil_div
 from allocators.cache_policy import CachePolicy, make_policy
 from allocators.paged import PagedAllocator, _PagedSeq
@@ -400,31 +398,14 @@ class PagedPrefixAllocator(PagedAllocator):
         """As paged's, with no tiers and nothing left to commit; shared blocks may be (prefix
         hits: full, never grown into) but every partial block is private, and every hashable
         sequence's full blocks are hashed (a round's commit then hashes the blocks it fills)."""
-        seqs = self._seqs
-        if self._tiers is not None or self._uncommitted or len(seqs) != num_running:
+        if self._tiers is not None or self._uncommitted or len(self._seqs) != num_running \
+                or not self._partials_private():
             return False
-        shift, mask, ref = self._shift, self._mask, self._ref
-        return all([(not s.num_tokens & mask or ref[s.table[-1]] == 1)
-                    and (not s.hashable or len(s.hashes) == s.num_tokens >> shift) for s in seqs.values()])
+        shift = self._shift
+        return all([len(s.hashes) == s.num_tokens >> shift for s in self._seqs.values() if s.hashable])
 
-    def _shared_entries(self) -> int:
-        """Table entries past one per used block: the prefix hits shared between sequences."""
-        return sum([len(s.table) for s in self._seqs.values()]) - self._used_blocks()
-
-    def decode_run_books(self, seq_ids: Sequence[int], tokens: np.ndarray, finals: np.ndarray, steps: int,
-                         grown: bool = False) -> tuple:
-        """As paged's, with the cached free blocks each round leaves: a grow takes a fresh
-        block while there is one, else evicts a cached one."""
-        books = super().decode_run_books(seq_ids, tokens, finals, steps, grown)
-        bs = self.block_size
-        if grown:
-            cached = np.full(steps, self._num_cached, dtype=np.int64)
-        else:
-            taken = np.cumsum(np.bincount(tokens & self._mask, minlength=bs)[-np.arange(steps) & self._mask])
-            cached = self._num_cached - np.maximum(taken - len(self._free.fresh), 0)
-        slots = (cached * bs).tolist()
-        external = [e - c for e, c in zip(books[3], slots)]
-        return books[0], books[1], books[2], external, books[4], slots
+    def _cache_room(self) -> tuple[int, int]:
+        return self._num_cached, len(self._free.fresh)
 
     def admit_waits(self, seq_id: int, prompt: Sequence[int], max_len: int, final_len: int | None,
                     taken: int) -> bool:

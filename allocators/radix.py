@@ -331,6 +331,48 @@ class RadixAllocator(PagedAllocator):
                          parent.token_ids[:parent.num_tokens], parent.ids_known, parent.computed,
                          parent.inserted_pages)
 
+    # -- decode runs (kvbench.engine.decode_run): many rounds of one-token grows at once -------
+    def decode_run_ready(self, num_running: int) -> bool:
+        """As paged's, with shared tree blocks (full, never grown into) but every partial block
+        private, everything committed, and no prompt page left for a running insert (a round's
+        commit then changes nothing but ``computed``)."""
+        seqs = self._seqs
+        if len(seqs) != num_running or not self._partials_private():
+            return False
+        running = self.insert_running
+        return all([s.computed == s.num_tokens
+                    and (not running or s.inserted_pages >= self._insertable_pages(s, s.prompt_len))
+                    for s in seqs.values()])
+
+    def _cache_room(self) -> tuple[int, int]:
+        return self._free.cached, len(self._free.free)
+
+    def admit_waits(self, seq_id: int, prompt: Sequence[int], max_len: int, final_len: int | None,
+                    taken: int) -> bool:
+        """Whether ``admit`` would answer LATER, changing nothing, after ``taken`` more blocks go
+        (an eviction of one of the prompt's hits only raises what it needs)."""
+        if self._refuse(seq_id, prompt, max_len, final_len) is not None:
+            return False
+        tokens = list(prompt)
+        _, hits = self._match(tokens, (len(tokens) - 1) // self.block_size if tokens else 0)
+        ref = self._ref
+        needed = ceil_div(len(tokens), self.block_size) - len(hits) + sum(1 for b in hits if not ref[b])
+        return needed > len(self._free) - taken
+
+    def grow_decode_run(self, seq_ids: Sequence[int], tokens: Sequence[int], steps: int,
+                        token_ids: Sequence[Sequence[int]]) -> None:
+        """As paged's (a grow short of free blocks evicts as ``_take_block`` does); then the ids
+        the rounds computed, and every round's commit: ``computed`` catches up."""
+        super().grow_decode_run(seq_ids, tokens, steps, token_ids)
+        seqs = self._seqs
+        for seq_id, ids in zip(seq_ids, token_ids):
+            seq = seqs[seq_id]
+            known = seq.token_ids
+            if seq.ids_known and seq.num_tokens > len(known):
+                known.extend(ids[len(known):seq.num_tokens])
+        for seq in seqs.values():
+            seq.computed = seq.num_tokens
+
     # -- views -----------------------------------------------------------------------------------
     def usage(self, final_lens: Mapping[int, int]) -> MemoryUsage:
         u = super().usage(final_lens)

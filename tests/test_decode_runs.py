@@ -42,6 +42,11 @@ SETTINGS = {
     # swap preemption: runs, but the step short of blocks goes to the general path
     "prefix-swap": ["allocator=paged_prefix", "engine.preemption=swap", "workload=sharegpt", "workload.num_requests=100",
                     "engine.kv_cache_bytes=1.6e9"],
+    # radix: leaves evicted tail first by the grows of a run, tree blocks shared
+    "radix-multiturn": ["allocator=radix", "workload=multiturn", "workload.num_requests=60", "workload.think_time_s=0.5",
+                        "engine.kv_cache_bytes=1.6384e9"],
+    "radix-sysprompt": ["allocator=radix", "workload=system_prompts", "workload.num_requests=150",
+                        "engine.kv_cache_bytes=1.6384e9"],
     "contiguous-oracle": ["allocator=contiguous", "allocator.reserve=oracle", "workload=sharegpt",
                           "workload.num_requests=120", "engine.kv_cache_bytes=1.6384e9"],
 }
@@ -103,9 +108,15 @@ def test_runs_match_the_general_path(setting):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("allocator", ["paged_prefix", "radix"])
 @pytest.mark.parametrize("setting", sorted(MORE_SETTINGS))
-def test_runs_match_with_prefix_caching_and_other_knobs(setting):
-    assert_runs_match(["allocator=paged_prefix", *MORE_SETTINGS[setting]])
+def test_runs_match_with_prefix_caching_and_other_knobs(setting, allocator):
+    assert_runs_match([f"allocator={allocator}", *MORE_SETTINGS[setting]])
+
+
+@pytest.mark.slow
+def test_runs_match_radix_without_running_inserts():
+    assert_runs_match(["allocator=radix", "allocator.insert_running=false", *MORE_SETTINGS["lfu-sysprompt-rate"]])
 
 
 def test_progress_and_max_steps_see_every_step():
@@ -119,8 +130,10 @@ def test_progress_and_max_steps_see_every_step():
 
 
 def test_runs_only_where_every_step_is_the_same():
-    engine, _ = engine_for(["allocator=radix"], runs=True)
-    assert engine.decode_runs is None  # no batched grow: the radix tree inserts as the general path does
+    engine, _ = engine_for(["allocator=vattention"], runs=True)
+    assert engine.decode_runs is None  # a grow may map a page: the cost model charges it per step
+    engine, _ = engine_for(["allocator=paged_prefix", "offload=host"], runs=True)
+    assert engine.decode_runs is None  # tiers: a store or load may ride on any step
     engine, _ = engine_for(["allocator=paged"], runs=True)
     assert engine.decode_runs is not None
     stops = Engine(engine.allocator, engine.executor, SchedulerConfig(stop_token_ids=(2,)))

@@ -2,12 +2,13 @@
 
 Between two events (an arrival, the pool running short, a group to admit) every step of a
 continuous-batching engine is the same: each running sequence decodes one token. On the
-simulator with ``paged``, ``paged_prefix`` (no tiers) or a region allocator (contiguous, buddy)
+simulator with ``paged``, ``paged_prefix`` (no tiers), ``radix`` or a region allocator (contiguous, buddy)
 such a run of steps is computed here as arrays (sequences x steps): context lengths, blocks read,
 blocks taken, step times and the memory breakdown of each step; the per-sequence work (tokens,
 emission times, block tables) is done once per run, not once per step. ``paged_prefix`` hashes
 the blocks a run fills round by round, between the grows that may evict cached blocks, as each
-step's commit would. The cost model and the step log still see
+step's commit would; ``radix`` inserts nothing while sequences decode (its running inserts stop
+at the prompt), so its rounds are paged's grows, evictions included. The cost model and the step log still see
 every step, with the numbers the general path would give: the identity suite
 (``tests/sim_identity.py``) and ``tests/test_decode_runs.py`` hold both paths to the same bits.
 
@@ -30,11 +31,13 @@ from allocators.buddy import BuddyAllocator
 from allocators.contiguous import ContiguousAllocator
 from allocators.paged import PagedAllocator
 from allocators.paged_prefix import PagedPrefixAllocator
+from allocators.radix import RadixAllocator
 from kvbench.engine.policies import PromptFirstScheduler
 from kvbench.engine.scheduler import Scheduler
 from kvbench.engine.victims import NewestVictim
 
-RUN_ALLOCATORS = (PagedAllocator, PagedPrefixAllocator, ContiguousAllocator, BuddyAllocator)  # decode_run_* books
+PAGED_RUN_ALLOCATORS = (PagedAllocator, PagedPrefixAllocator, RadixAllocator)  # decode_run_* books, short steps
+RUN_ALLOCATORS = (*PAGED_RUN_ALLOCATORS, ContiguousAllocator, BuddyAllocator)
 MAX_RUN_STEPS = 128  # bounds the (sequences x steps) arrays; a longer stretch is several runs
 
 
@@ -51,7 +54,7 @@ class DecodeRuns:
         # paper-era vLLM: each step first tries the waiting prompts alone, then decodes without admitting
         self.prompt_first = isinstance(self.sched, PromptFirstScheduler)
         # a step short of blocks preempts as the general path does for these (kvbench.engine.victims)
-        self.preempts_newest = (type(self.alloc) in (PagedAllocator, PagedPrefixAllocator)
+        self.preempts_newest = (type(self.alloc) in PAGED_RUN_ALLOCATORS
                                 and type(self.sched.victims) is NewestVictim
                                 and self.sched.cfg.preemption == "recompute")
 

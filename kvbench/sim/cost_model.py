@@ -447,6 +447,7 @@ class CostParams:
     allreduce_table: tuple | None  # measured (sizes, seconds) for ``count`` workers, or None
     _layer_s: dict = field(default_factory=dict, compare=False, repr=False)  # tokens -> seconds
     _lm_head_s: dict = field(default_factory=dict, compare=False, repr=False)  # rows -> seconds
+    _decode_fixed: dict = field(default_factory=dict, compare=False, repr=False)  # (block size, seqs) -> forward, sampling
 
     def dense_layer_s(self, tokens: int) -> float:
         """One layer's non-attention time on one rank (``operators``), memoised by token count."""
@@ -659,8 +660,11 @@ def decode_run_times(p: CostParams, block_size: int, num_seqs: int, decode_pairs
     applies to such a step, elementwise, so each value is bit for bit step_time's (the constant
     terms come from ``step_time`` itself; ``tests/test_decode_runs.py`` holds them equal)."""
     n, tokens = p.count, num_seqs
-    fixed = step_time(p, StepSummary(block_size, tokens, tokens, tokens, tokens, 0, 0, 0, 0))
-    forward, sampling = fixed["forward_s"], fixed["sampling_s"]
+    known = p._decode_fixed.get((block_size, tokens))
+    if known is None:
+        fixed = step_time(p, StepSummary(block_size, tokens, tokens, tokens, tokens, 0, 0, 0, 0))
+        known = p._decode_fixed[block_size, tokens] = fixed["forward_s"], fixed["sampling_s"]
+    forward, sampling = known
     overhead = p.overhead_s + tokens * p.seq_overhead_s
     flops_t, bytes_t = _attention_bounds(p, block_size, decode_pairs, decode_blocks)
     attention = np.where(flops_t > bytes_t, flops_t, bytes_t) + tokens * p.bytes_per_slot / n / p.mem_rate
