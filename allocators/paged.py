@@ -249,11 +249,16 @@ class PagedAllocator(Allocator):
         """A prefix cache's (cached blocks, free blocks taken before any cached one), or None."""
         return None
 
+    def _run_takes(self, tokens: np.ndarray, steps: int) -> np.ndarray:
+        """Blocks taken by rounds 1..``steps`` of one-token grows of sequences holding ``tokens``,
+        cumulative: a sequence takes one in the round its next token starts a block."""
+        mask = self._mask
+        return np.cumsum(np.bincount(tokens & mask, minlength=self.block_size)[-np.arange(steps) & mask])
+
     def decode_run_room(self, seq_ids: Sequence[int], tokens: np.ndarray, steps: int) -> tuple[int, int]:
         """Of ``steps`` rounds of one-token grows of sequences holding ``tokens``: how many fit
         in the free blocks, and the blocks the first round takes."""
-        mask = self._mask
-        taken = np.cumsum(np.bincount(tokens & mask, minlength=self.block_size)[-np.arange(steps) & mask])
+        taken = self._run_takes(tokens, steps)
         return int(np.searchsorted(taken, len(self._free), side="right")), int(taken[0]) if steps else 0
 
     def decode_run_books(self, seq_ids: Sequence[int], tokens: np.ndarray, finals: np.ndarray, steps: int,
@@ -281,8 +286,7 @@ class PagedAllocator(Allocator):
             if grown:
                 cached = np.full(steps, num_cached * bs, dtype=np.int64)
             else:
-                taken = np.cumsum(np.bincount(tokens & mask, minlength=bs)[-np.arange(steps) & mask])
-                cached = (num_cached - np.maximum(taken - num_free, 0)) * bs
+                cached = (num_cached - np.maximum(self._run_takes(tokens, steps) - num_free, 0)) * bs
             external = external - cached
             cached = cached.tolist()
         return (token.tolist(), reserved.tolist(), internal.tolist(), external.tolist(),
