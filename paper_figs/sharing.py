@@ -8,8 +8,9 @@ block column show the token measure alone, and the axis says so.
 The knobs are the summary's extra columns ``n``, ``beam_width`` and ``prefix_len``. A run goes
 into the panel of a knob when it has that knob and the other two are neutral (null, n <= 1,
 beam_width <= 1, prefix_len 0) and it belongs to the study that varies the knob (same model,
-GPU and rate as the runs with the knob set: the prefix study's L=0 runs are not the n panel's
-n=1 point); runs lacking all three are skipped. A panel without runs is left out.
+GPU, rate and experiment file as the runs with the knob set: the prefix study's L=0 runs and
+the beam study's width-1 runs are not the n panel's n=1 point); runs lacking all three are
+skipped. A panel without runs is left out.
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 import seaborn as sns
 
+from kvbench.results.grouping import experiment_files
 from paper_figs import common
 
 NAME = "sharing"
@@ -36,9 +38,11 @@ STUDY_COLUMNS = ("model", "gpu_profile", "request_rate")  # what tells the n, be
 
 def _of_study(rows: pd.DataFrame, varied: pd.Series) -> pd.Series:
     """Rows of the study that varies the knob: a neutral run of another study (another model,
-    GPU or rate) is not this panel's point at the neutral value (it would be averaged into it)."""
-    columns = [c for c in STUDY_COLUMNS if c in rows]
-    if not varied.any() or not columns:
+    GPU, rate or experiment file) is not this panel's point at the neutral value (it would be
+    averaged into it)."""
+    rows = rows.assign(experiment_file=experiment_files(rows))
+    columns = [c for c in (*STUDY_COLUMNS, "experiment_file") if c in rows]
+    if not varied.any():
         return pd.Series(True, index=rows.index)
     studies = set(rows.loc[varied, columns].astype(str).itertuples(index=False, name=None))
     return pd.Series([tuple(r) in studies for r in rows[columns].astype(str).itertuples(index=False, name=None)],

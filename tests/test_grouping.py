@@ -74,3 +74,33 @@ def test_contract_a_null_is_a_value_of_its_own_and_numbers_compare_by_value():
     assert settings_that_vary(pd.DataFrame({"reserve": [None, float("nan")]})) == []
     assert settings_that_vary(pd.DataFrame({"block_size": pd.array([16, None], dtype="Int64")})) == ["block_size"]
     assert settings_that_vary(pd.DataFrame({"request_rate": [2, 2.0]}, dtype=object)) == []
+
+
+@pytest.mark.parametrize("overrides", [
+    # priority classes, an aging bound and recompute preemptions: the policy and keep-up columns
+    ["workload=sharegpt", "workload.num_requests=60", "workload.request_rate=20", "+workload.priority_shares=[0.2,0.8]",
+     "engine.policy=priority", "engine.max_wait_s=5", "engine.kv_cache_bytes=1e9", "model=llama-3-8b", "gpu=h100-80gb"],
+    # a host tier behind a prefix cache: the tier columns
+    ["allocator=paged_prefix", "offload=host", "workload=multiturn", "workload.num_requests=30",
+     "engine.kv_cache_bytes=1e9"],
+])
+def test_every_measured_column_of_a_run_is_a_measurement(overrides, tmp_path):
+    """Two runs that differ only in the seed differ in no setting: a new summary column that is
+    measured must be named like one or listed (METRIC_COLUMNS, METRIC_PATTERN), or a figure
+    refuses to average the seeds of a study."""
+    from hydra import compose, initialize_config_dir
+
+    from kvbench.config.errors import CONF_DIR
+    from kvbench.run.lifecycle import run
+
+    rows = []
+    for seed in (0, 1):
+        with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+            cfg = compose(config_name="config", overrides=["backend=sim", "logger=none", "progress=false",
+                                                           f"results_dir={tmp_path}", f"seed={seed}", f"workload.seed={seed}",
+                                                           *overrides])
+        rows.append(run(cfg))
+    frame = pd.DataFrame(rows)
+    measured = [c for c in frame.columns if c != "seed" and frame[c].astype(str).nunique() > 1]
+    assert measured  # the seeds did change results
+    assert settings_that_vary(frame) == []

@@ -167,6 +167,21 @@ def test_sharing_panels_pick_runs_by_knob():
     assert list(by_knob["prefix_len"].index) == [4]
 
 
+def test_sharing_panels_keep_the_beam_studys_width_1_runs_out_of_the_n_panel():
+    from paper_figs.sharing import panels
+
+    parallel, beam = (json.dumps([f"experiment=paper-sharing-{name}"]) for name in ("parallel", "beam"))
+    runs = pd.DataFrame({
+        "n": [1, 2, 1, 1],
+        "beam_width": [1, 1, 1, 2],
+        "prefix_len": [None] * 4,
+        "overrides": [parallel, parallel, beam, beam],
+    })  # fmt: skip
+    by_knob = panels(runs)
+    assert list(by_knob["n"].index) == [0, 1]  # not the beam study's width-1 run at n = 1
+    assert list(by_knob["beam_width"].index) == [2, 3]
+
+
 def test_attention_per_token_falls_back_to_the_steps():
     index_df, root = common.load(INDEX)
     rows = index_df[index_df["experiment"] == "paper-block-size"].set_index("block_size")

@@ -45,8 +45,14 @@ METRIC_COLUMNS: frozenset[str] = frozenset((
     "num_clipped", "workload_pool", "arrival_cv", "trace_reuse_ceiling", "num_refused_overlong",
     "num_steps", "swap_out_slots", "swap_in_slots", "mean_step_s", "page_maps", "page_unmaps", "evictions",
     "prefix_token_hit_rate", "window_freed_slots",
+    # scheduling policies and the keep-up test (issues 36, 37)
+    "max_queue_wait_s", "num_waited_over_bound", "jain_fairness_normalized_latency", "preempt_lost_tokens",
+    "preempt_lost_tokens_per_preempted", "ttft_growth",
 ))  # fmt: skip
 METRIC_SUFFIXES: tuple[str, ...] = ("_ms", "_frac", "_throughput", "_per_token", "_per_s", "_hit_rate")
+# measured per priority class (prio0_p99_ttft_s) and per offload tier (tier_bytes_gpu_to_host); the
+# tiers' settings are the offload_* columns
+METRIC_PATTERN = re.compile(r"^(prio\d+_|tier_)")
 # named like a measurement, yet what the run was given
 SETTING_OVERRIDES: frozenset[str] = frozenset(("request_rate",))
 
@@ -61,7 +67,7 @@ def is_setting(column: str) -> bool:
         return False
     if column in SETTING_OVERRIDES:
         return True
-    return column not in METRIC_COLUMNS and not column.endswith(METRIC_SUFFIXES)
+    return column not in METRIC_COLUMNS and not column.endswith(METRIC_SUFFIXES) and not METRIC_PATTERN.match(column)
 
 
 def setting_columns(frame: pd.DataFrame, ignore: Iterable[str] = ()) -> list[str]:
@@ -146,6 +152,12 @@ def requested_values(frame: pd.DataFrame, column: str) -> pd.Series:
             asked = tuple(_number_or_text(overrides.get(k)) for k in REQUESTED_BY[column])
             keys.append(("requested", overrides.get("experiment"), asked))
     return pd.Series(keys, index=frame.index, dtype=object)
+
+
+def experiment_files(frame: pd.DataFrame) -> pd.Series:
+    """Per row, the experiment file its recorded overrides name (``experiment=...``), or None."""
+    recorded = frame["overrides"].tolist() if "overrides" in frame.columns else [None] * len(frame)
+    return pd.Series([(_overrides(text) or {}).get("experiment") for text in recorded], index=frame.index, dtype=object)
 
 
 def setting_keys(frame: pd.DataFrame, column: str) -> pd.Series:
