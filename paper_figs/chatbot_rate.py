@@ -19,9 +19,15 @@ def draw(index_df: pd.DataFrame, out_dir: str | Path, results_root: str | Path,
     runs = sweeps.finite(runs, "request_rate", "normalized_latency_s")
     common.setup_style()
     stats = ""
-    if "mean_prompt_len" in runs:
-        r = runs.iloc[0]
-        stats = f"; prompt mean {r['mean_prompt_len']:.0f} / median {r['median_prompt_len']:.0f}, output mean {r['mean_output_len']:.0f} / median {r['median_output_len']:.0f} tokens"
+    if "mean_prompt_len" in runs:  # each rate draws its own stream: the range over the runs, whatever their order
+
+        def spread(column: str) -> str:
+            values = pd.to_numeric(runs[column], errors="coerce").dropna()
+            low, high = f"{values.min():.0f}", f"{values.max():.0f}"
+            return low if low == high else f"{low}-{high}"
+
+        stats = (f"; per run: prompt mean {spread('mean_prompt_len')} / median {spread('median_prompt_len')}, "
+                 f"output mean {spread('mean_output_len')} / median {spread('median_output_len')} tokens")
     fig = sweeps.lines(runs, x="request_rate", y="normalized_latency_s", series="label", panel="model",
                        panel_title=lambda v: f"{v}, chatbot (ShareGPT history, last 1,024 tokens)",
                        xlabel="request rate (req/s)", ylabel="normalized latency (s/token)",

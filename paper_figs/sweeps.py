@@ -3,6 +3,7 @@ value of a panel column, seeds averaged with an sd band, every line marked and d
 series so that coinciding lines stay visible, and a note on each panel a line leaves."""
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 import matplotlib.pyplot as plt
@@ -16,6 +17,11 @@ _DASHES = ["", (4, 2), (1, 1.5), (6, 2, 1, 2), (3, 1, 1, 1)]
 _MARKERS = ["o", "s", "^", "D", "v", "P", "X"]
 
 
+def _natural(value) -> list:
+    """Sort key: text in order, its numbers by value ("2 req/s" before "15 req/s")."""
+    return [int(part) if i % 2 else part for i, part in enumerate(re.split(r"(\d+)", str(value)))]
+
+
 def lines(runs: pd.DataFrame, *, x: str, y: str, series: str, panel: str | None,
           panel_order: Sequence | None = None, panel_title=str, xlabel: str, ylabel: str,
           suptitle: str, clip: float | None = CLIP_S_PER_TOKEN, logx: bool = False) -> plt.Figure:
@@ -24,9 +30,8 @@ def lines(runs: pd.DataFrame, *, x: str, y: str, series: str, panel: str | None,
     panels = list(panel_order) if panel_order is not None else (
         list(dict.fromkeys(runs[panel])) if panel else [None])
     panels = [p for p in panels if panel is None or (runs[panel] == p).any()]
-    names = list(dict.fromkeys(runs[series]))
-    if series == "label":
-        names = common.label_order(names)
+    names = list(dict.fromkeys(runs[series]))  # in an order that does not hang on the runs' order
+    names = common.label_order(names) if series == "label" else sorted(names, key=_natural)
     colors = common.palette(names) if series == "label" else dict(zip(names, common.sns.color_palette("colorblind", len(names))))
     fig, axes = plt.subplots(1, len(panels), figsize=(3.6 * len(panels), 3.3), squeeze=False)
     note_lines = 0

@@ -3,7 +3,8 @@
     .venv/bin/python scripts/curate_results.py SRC_DIR DST_DIR [--keep-steps EXP ...] [--since RUN_ID]
         [--drop-before EXPERIMENT=RUN_ID ...]
 
-Keeps the newest run of each configuration, copies summary.json of every kept run plus its
+Keeps the newest run of each configuration (its settings and the experiment file it ran from: two
+studies' runs of the same settings are each their own study's point), copies summary.json of every kept run plus its
 steps/requests/memmap files only for the experiments named by --keep-steps (the figures that
 read them), and writes DST_DIR/index.jsonl with run_dir paths relative to DST_DIR.
 """
@@ -13,6 +14,8 @@ import argparse
 import json
 import shutil
 from pathlib import Path
+
+from kvbench.results.grouping import experiment_file
 
 KEY = ("experiment", "allocator", "reserve", "block_size", "workload", "request_rate", "n", "beam_width",
        "prefix_len", "preemption", "kv_bytes", "model", "backend", "seed", "baseline", "gpu_profile", "system",
@@ -37,7 +40,7 @@ def main() -> None:
         cutoff = dict(item.split("=", 1) for item in args.drop_before).get(row["experiment"], args.since)
         if row["run_id"] < max(cutoff, args.since):
             continue
-        key = tuple(row.get(k) for k in KEY)
+        key = (*(row.get(k) for k in KEY), experiment_file(row.get("overrides")))
         if key not in rows or rows[key]["run_id"] < row["run_id"]:
             rows[key] = row
     args.dst.mkdir(parents=True, exist_ok=True)

@@ -154,10 +154,15 @@ def requested_values(frame: pd.DataFrame, column: str) -> pd.Series:
     return pd.Series(keys, index=frame.index, dtype=object)
 
 
+def experiment_file(recorded: object) -> str | None:
+    """The experiment file a row's recorded overrides name (``experiment=...``), or None."""
+    return (_overrides(recorded) or {}).get("experiment")
+
+
 def experiment_files(frame: pd.DataFrame) -> pd.Series:
-    """Per row, the experiment file its recorded overrides name (``experiment=...``), or None."""
+    """Per row, ``experiment_file`` of its recorded overrides."""
     recorded = frame["overrides"].tolist() if "overrides" in frame.columns else [None] * len(frame)
-    return pd.Series([(_overrides(text) or {}).get("experiment") for text in recorded], index=frame.index, dtype=object)
+    return pd.Series([experiment_file(text) for text in recorded], index=frame.index, dtype=object)
 
 
 def setting_keys(frame: pd.DataFrame, column: str) -> pd.Series:
