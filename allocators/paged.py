@@ -230,8 +230,7 @@ class PagedAllocator(Allocator):
         """Whether the ``num_running`` running sequences are all the live ones and no block is
         shared: then each holds exactly the blocks its tokens fill (the class invariant), each
         block private, and their one-token grows need a block only at a block boundary."""
-        seqs = self._seqs
-        return len(seqs) == num_running and sum([len(s.table) for s in seqs.values()]) == self._used_blocks()
+        return len(self._seqs) == num_running and not self._shared_entries()
 
     def num_free_blocks(self) -> int:
         return len(self._free)
@@ -244,6 +243,12 @@ class PagedAllocator(Allocator):
         """Whether every live sequence's partial last block is its own (shared blocks are full)."""
         mask, ref = self._mask, self._ref
         return all([not s.num_tokens & mask or ref[s.table[-1]] == 1 for s in self._seqs.values()])
+
+    def _blocks_needed(self, prompt: Sequence[int], hits: list[int]) -> int:
+        """Free blocks an admit takes: the prompt's blocks past its cached ``hits``, and those
+        hits that no live sequence holds (a prefix cache's; paged has none)."""
+        ref = self._ref
+        return ceil_div(len(prompt), self.block_size) - len(hits) + sum(1 for b in hits if not ref[b])
 
     def _cache_room(self) -> tuple[int, int] | None:
         """A prefix cache's (cached blocks, free blocks taken before any cached one), or None."""

@@ -227,11 +227,6 @@ class PagedPrefixAllocator(PagedAllocator):
         """Leading tokens of ``tokens`` whose full blocks the cache holds now (as admit would hit)."""
         return len(self._lookup(tokens)[0]) * self.block_size
 
-    def _blocks_needed(self, prompt: Sequence[int], hits: list[int]) -> int:
-        """Free blocks an admit takes: the prompt's blocks past its hits, and its hits on cached blocks."""
-        ref = self._ref
-        return ceil_div(len(prompt), self.block_size) - len(hits) + sum(1 for b in hits if not ref[b])
-
     # -- lifecycle -------------------------------------------------------------------------
     def admit(self, seq_id: int, prompt: Sequence[int], max_len: int, final_len: int | None = None) -> Admission:
         refusal = self._refuse(seq_id, prompt, max_len, final_len)

@@ -267,10 +267,10 @@ class RadixAllocator(PagedAllocator):
         queries = (len(tokens) - 1) // self.block_size if tokens else 0
         path, hits = self._match(tokens, queries)
         ref = self._ref
-        revived = sum(1 for b in hits if not ref[b])
+        needed = self._blocks_needed(tokens, hits)
+        if needed > len(self._free):
+            return Admission(Fit.LATER, f"prompt needs {needed} free blocks; {len(self._free)} free or cached")
         fresh = ceil_div(len(tokens), self.block_size) - len(hits)
-        if fresh + revived > len(self._free):
-            return Admission(Fit.LATER, f"prompt needs {fresh + revived} free blocks; {len(self._free)} free or cached")
         self._clock += 1
         if path and path[-1][1] < len(path[-1][0].blocks):
             node, pages = path[-1]
@@ -355,9 +355,7 @@ class RadixAllocator(PagedAllocator):
             return False
         tokens = list(prompt)
         _, hits = self._match(tokens, (len(tokens) - 1) // self.block_size if tokens else 0)
-        ref = self._ref
-        needed = ceil_div(len(tokens), self.block_size) - len(hits) + sum(1 for b in hits if not ref[b])
-        return needed > len(self._free) - taken
+        return self._blocks_needed(tokens, hits) > len(self._free) - taken
 
     def grow_decode_run(self, seq_ids: Sequence[int], tokens: Sequence[int], steps: int,
                         token_ids: Sequence[Sequence[int]]) -> None:
