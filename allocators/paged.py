@@ -29,9 +29,11 @@ that ends up alone on the block may fill it), else ``internal``.
 """
 from __future__ import annotations
 
+import bisect
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from itertools import accumulate
 
 import numpy as np
 
@@ -254,48 +256,60 @@ class PagedAllocator(Allocator):
         """A prefix cache's (cached blocks, free blocks taken before any cached one), or None."""
         return None
 
-    def _run_takes(self, tokens: np.ndarray, steps: int) -> np.ndarray:
+    def _run_takes(self, tokens: np.ndarray, steps: int) -> list[int]:
         """Blocks taken by rounds 1..``steps`` of one-token grows of sequences holding ``tokens``,
         cumulative: a sequence takes one in the round its next token starts a block."""
-        mask = self._mask
-        return np.cumsum(np.bincount(tokens & mask, minlength=self.block_size)[-np.arange(steps) & mask])
+        return run_takes(tokens, self.block_size, steps)
 
     def decode_run_room(self, seq_ids: Sequence[int], tokens: np.ndarray, steps: int) -> tuple[int, int]:
         """Of ``steps`` rounds of one-token grows of sequences holding ``tokens``: how many fit
         in the free blocks, and the blocks the first round takes."""
         taken = self._run_takes(tokens, steps)
-        return int(np.searchsorted(taken, len(self._free), side="right")), int(taken[0]) if steps else 0
+        return bisect.bisect_right(taken, len(self._free)), taken[0] if steps else 0
 
     def decode_run_books(self, seq_ids: Sequence[int], tokens: np.ndarray, finals: np.ndarray, steps: int,
                          grown: bool = False) -> tuple:
         """``usage`` (token, reserved, internal, external slots), the per-sequence and distinct
         block counts and the cached slots (None: no prefix cache) after each round of a run, as
         lists over the rounds (as ``_partial_blocks``: one partial block per sequence at most,
-        private; shared blocks are full). ``grown``: the rounds' blocks are already taken."""
-        bs, mask = self.block_size, self._mask
-        held = tokens[:, None] + np.arange(1, steps + 1)  # sequences x rounds
-        fill = held & mask  # tokens in the last block (0: it is full, no partial block)
-        partial = fill != 0
-        reach = np.minimum(finals[:, None] - held + fill, bs)  # >= fill: a sequence never outgrows its final length
-        per_table = ((held + mask) >> self._shift).sum(axis=0)  # every block in use, once per table
+        private; shared blocks are full). ``grown``: the rounds' blocks are already taken.
+
+        Summed over the sequences, from the rounds' context and blocks alone: a block-table entry
+        past the shared ones holds its tokens once, so token = context - shared entries x block
+        size; the partial blocks' empty slots (blocks x size - context) are internal where a
+        sequence's final length ends in its current block (that block's tail past the final
+        length), reserved otherwise. ``finals`` are at least each sequence's context after the run."""
+        bs, mask, shift = self.block_size, self._mask, self._shift
+        takes = self._run_takes(tokens, steps)
+        context0, blocks0, n = int(tokens.sum()), int(((tokens + mask) >> shift).sum()), len(tokens)
+        final_block = (finals + mask) >> shift << shift  # the slot past each sequence's final block
+        enters = (final_block - bs + 1 - tokens).tolist()  # the round whose context reaches that block
+        waste = (final_block - finals).tolist()  # the final block's slots no token will fill
+        tail = [0] * (steps + 1)
+        for round_, slots in zip(enters, waste):
+            if round_ <= steps and slots:
+                tail[max(round_, 1) - 1] += slots
         shared = self._shared_entries()
-        used = per_table - shared
-        token = (used - partial.sum(axis=0)) * bs + fill.sum(axis=0)
-        reserved = ((reach - fill) * partial).sum(axis=0)
-        internal = ((bs - reach) * partial).sum(axis=0)
-        external = self.num_slots - used * bs
-        cached = None
         room = self._cache_room()
-        if room is not None:  # a grow takes a free block while there is one, else evicts a cached one
-            num_cached, num_free = room
-            if grown:
-                cached = np.full(steps, num_cached * bs, dtype=np.int64)
-            else:
-                cached = (num_cached - np.maximum(self._run_takes(tokens, steps) - num_free, 0)) * bs
-            external = external - cached
-            cached = cached.tolist()
-        return (token.tolist(), reserved.tolist(), internal.tolist(), external.tolist(),
-                [(u, u - shared) for u in per_table.tolist()], cached)
+        token, reserved, internal, external, blocks = [], [], [], [], []
+        cached = None if room is None else []
+        internal_slots = 0
+        for j in range(steps):
+            context = context0 + n * (j + 1)
+            per_table = blocks0 + takes[j]
+            internal_slots += tail[j]
+            free_slots = self.num_slots - (per_table - shared) * bs
+            if room is not None:  # a grow takes a free block while there is one, else evicts a cached one
+                num_cached, num_free = room
+                slots = num_cached * bs if grown else (num_cached - max(takes[j] - num_free, 0)) * bs
+                cached.append(slots)
+                free_slots -= slots
+            token.append(context - shared * bs)
+            reserved.append(per_table * bs - context - internal_slots)
+            internal.append(internal_slots)
+            external.append(free_slots)
+            blocks.append((per_table, per_table - shared))
+        return token, reserved, internal, external, blocks, cached
 
     def admit_waits(self, seq_id: int, prompt: Sequence[int], max_len: int, final_len: int | None,
                     taken: int) -> bool:
@@ -515,3 +529,11 @@ def _empty_split(filled: int, reach: int, block_size: int) -> tuple[int, int]:
     if reach > filled:
         return reach - filled, block_size - reach
     return 0, block_size - filled
+
+
+def run_takes(tokens: np.ndarray, block_size: int, steps: int) -> list[int]:
+    """Blocks taken by rounds 1..``steps`` of one-token grows of sequences holding ``tokens``
+    (cumulative): a sequence takes one in each round its next token starts a block of
+    ``block_size``, so round j's takes are the sequences whose tokens are -(j - 1) modulo it."""
+    at_phase = np.bincount(tokens % block_size, minlength=block_size).tolist()
+    return list(accumulate(at_phase[-j % block_size] for j in range(steps)))

@@ -155,11 +155,53 @@ def test_run_times_are_step_time_step_by_step(overrides):
     floors_seen = set()
     for n, bs in ((1, 16), (7, 16), (64, 32), (256, 8)):
         pairs = np.sort(rng.integers(n, 2048 * n, size=40))
-        blocks = -(-pairs // bs) + rng.integers(0, n, size=40)
+        blocks = (-(-pairs // bs) + rng.integers(0, n, size=40)).tolist()
+        pairs = pairs.tolist()
         run = engine.executor.decode_run_times(n, pairs, blocks, bs)
-        floored = run["overhead_s"] > params.overhead_s + n * params.seq_overhead_s
-        floors_seen.update(floored.tolist())
+        floors_seen.update(o > params.overhead_s + n * params.seq_overhead_s for o in run["overhead_s"])
         for j in range(len(pairs)):
-            one = step_time(params, StepSummary(bs, n, n, n, n, 0, 0, int(pairs[j]), int(blocks[j])))
-            assert {key: float(run[key][j]) for key in run} == {key: one[key] for key in run}
+            one = step_time(params, StepSummary(bs, n, n, n, n, 0, 0, pairs[j], blocks[j]))
+            assert {key: run[key][j] for key in run} == {key: one[key] for key in run}
     assert floors_seen == ({True, False} if params.issue_floor_s else {False})
+
+
+def _books_per_sequence(bs: int, num_slots: int, tokens: np.ndarray, finals: np.ndarray, steps: int) -> tuple:
+    """Reference for ``PagedAllocator.decode_run_books`` with no sharing and no cache: each
+    sequence's last block, round by round (sequences x rounds), summed."""
+    held = tokens[:, None] + np.arange(1, steps + 1)
+    fill = held % bs  # 0: the last block is full
+    partial = fill != 0
+    reach = np.minimum(finals[:, None] - held + fill, bs)  # the slots its final length fills in that block
+    per_table = (-(-held // bs)).sum(axis=0)
+    return (held.sum(axis=0).tolist(), ((reach - fill) * partial).sum(axis=0).tolist(),
+            ((bs - reach) * partial).sum(axis=0).tolist(), (num_slots - per_table * bs).tolist(),
+            [(u, u) for u in per_table.tolist()], None)
+
+
+@pytest.mark.parametrize("bs", [1, 4, 16, 64])
+def test_paged_run_books_are_the_per_sequence_sums(bs):
+    from allocators.paged import PagedAllocator
+
+    alloc = PagedAllocator(1 << 22, block_size=bs)
+    rng = np.random.default_rng(bs)
+    for _ in range(200):
+        n, steps = int(rng.integers(1, 40)), int(rng.integers(1, 3 * bs + 3))
+        tokens = rng.integers(1, 4 * bs, size=n)
+        finals = tokens + steps + rng.integers(0, 3 * bs, size=n)  # a run never passes a final length
+        finals[: n // 3] = tokens[: n // 3] + steps  # some end in the run's last round
+        assert alloc.decode_run_books([], tokens, finals, steps) == _books_per_sequence(bs, alloc.num_slots, tokens,
+                                                                                         finals, steps)
+
+
+def test_draw_tokens_at_once_are_the_loops_draws():
+    import random
+
+    from kvbench.executors.sim import DRAWS_AT_ONCE
+
+    engine, _ = engine_for(["allocator=paged"], runs=True)
+    executor = engine.executor
+    executor._rng = random.Random(7)
+    twin = random.Random(7)
+    for count in (0, 1, DRAWS_AT_ONCE - 1, DRAWS_AT_ONCE, DRAWS_AT_ONCE + 1, 1000, 3):
+        assert executor.draw_tokens(count) == [int(twin.random() * executor.vocab_size) for _ in range(count)]
+    assert executor._rng.random() == twin.random()  # the generator is where the loop leaves it

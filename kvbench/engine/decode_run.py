@@ -22,14 +22,16 @@ run finishes as ``Engine._process`` would).
 """
 from __future__ import annotations
 
+import bisect
 import time
 from array import array
+from itertools import accumulate, compress
 
 import numpy as np
 
 from allocators.buddy import BuddyAllocator
 from allocators.contiguous import ContiguousAllocator
-from allocators.paged import PagedAllocator
+from allocators.paged import PagedAllocator, run_takes
 from allocators.paged_prefix import PagedPrefixAllocator
 from allocators.radix import RadixAllocator
 from kvbench.engine.policies import PromptFirstScheduler
@@ -57,6 +59,11 @@ class DecodeRuns:
         self.preempts_newest = (type(self.alloc) in PAGED_RUN_ALLOCATORS
                                 and type(self.sched.victims) is NewestVictim
                                 and self.sched.cfg.preemption == "recompute")
+        self.state: RunState | None = None  # the running sequences as the last run left them
+
+    def forget(self) -> None:
+        """Called before a general step: it may change any sequence, so the next run gathers afresh."""
+        self.state = None
 
     @classmethod
     def for_engine(cls, engine) -> DecodeRuns | None:
@@ -83,21 +90,19 @@ class DecodeRuns:
             return 0, now, 0
         if not self._head_waits(n, n):  # the head is admitted even if every sequence takes a block first
             return 0, now, 0
-        seqs = [g.seqs[0] for g in running if len(g.seqs) == 1 and g.forked and not g.is_beam]
-        if len(seqs) != n:
+        state = self.state
+        if state is None or running != state.groups:  # == compares the groups by identity
+            state = self.state = RunState.gather(running, alloc)
+            if state is None:
+                return 0, now, 0
+        if sched.sample_holds.final_lens():
             return 0, now, 0
-        computed = [s.num_computed for s in seqs]
-        c = np.array(computed, dtype=np.int64)
-        if (np.array([len(s.tokens) for s in seqs]) - c != 1).any():  # each has one token to compute
-            return 0, now, 0
-        left = min([g.output_len - s.num_generated for g, s in zip(running, seqs)])
-        if not alloc.decode_run_ready(n) or sched.sample_holds.final_lens():
-            return 0, now, 0
+        seqs, seq_ids, c = state.seqs, state.seq_ids, state.computed
+        left = state.left
         steps = left  # the last step may be one in which sequences finish
         if steps_left is not None:
             steps = min(steps, steps_left)
         steps = min(steps, MAX_RUN_STEPS)
-        seq_ids = [s.seq_id for s in seqs]
         wanted = steps
         steps, first_taken = alloc.decode_run_room(seq_ids, c, steps)
         # the step that runs short of blocks comes last, with its preemptions (no finish in it)
@@ -108,19 +113,20 @@ class DecodeRuns:
             after = self._short_step(now, step, recorder, finished)
             return (0, now, 0) if after is None else (1, after, 0)
         t0 = time.perf_counter()
-        held = c[:, None] + np.arange(1, steps + 1)  # sequences x steps: each one's context in step j
-        pairs = held.sum(axis=0)
         bs = alloc.block_size
-        blocks_read = ((held + bs - 1) // bs).sum(axis=0)
+        context0 = int(c.sum())
+        pairs = [context0 + n * j for j in range(1, steps + 1)]  # context tokens read in each step
+        blocks0 = int(((c + bs - 1) // bs).sum())
+        blocks_read = [blocks0 + taken for taken in run_takes(c, bs, steps)]  # a block more as each one starts
         executor = self.executor
         times = executor.decode_run_times(n, pairs, blocks_read, bs)
-        clock = np.add.accumulate(np.concatenate(([now], times["duration_s"])))  # now += duration, step by step
+        clock = list(accumulate(times["duration_s"], initial=now))  # now += duration, step by step
         # an arrival joins at the first boundary at or after it: the general path takes that step
-        done = 1 + int(np.searchsorted(clock[1:steps], next_arrival_s, side="left"))
-        starts, now = clock[:done].tolist(), float(clock[done])
-        ends = clock[1:done + 1].tolist()
-        times = {key: values[:done].tolist() for key, values in times.items()}
-        books = alloc.decode_run_books(seq_ids, c, np.array([g.kv_final_len for g in running], dtype=np.int64), done)
+        done = bisect.bisect_left(clock, next_arrival_s, 1, steps)
+        starts, now, ends = clock[:done], clock[done], clock[1:done + 1]
+        if done < steps:
+            times = {key: values[:done] for key, values in times.items()}
+        books = alloc.decode_run_books(seq_ids, c, state.finals, done)
         drawn_tokens = executor.draw_tokens(n * done)  # step by step, in chunk order
         emitted = array("d", ends)
         for i, seq in enumerate(seqs):
@@ -128,7 +134,8 @@ class DecodeRuns:
             seq.num_computed += done
             seq.num_generated += done
             seq.token_times.extend(emitted)
-        alloc.grow_decode_run(seq_ids, computed, done, [s.tokens for s in seqs])
+        alloc.grow_decode_run(seq_ids, c.tolist(), done, state.token_lists)
+        state.advance(done)
         sched.now = starts[-1]
         sched.sampled_groups = list(running)
         sched.plain_decodes = n
@@ -136,14 +143,14 @@ class DecodeRuns:
         num_running = [n] * done
         ended = []
         if done == left:  # the last step's finishers, as _process finishes them: in chunk order
-            ended = [(g, s) for g, s in zip(running, seqs) if s.num_generated >= g.output_len]
+            ended = list(compress(zip(state.groups, seqs), state.finished()))
             for group, seq in ended:
                 engine._finish(group, seq.tokens, now)
+            state.drop_finished()
             num_running[-1] = len(running)
             blocks = books[4]
             if blocks is not None:  # the step log counts the blocks left after the finishes
-                blocks[-1] = engine._computed_blocks(int(blocks_read[done - 1]) - sum([-(-s.num_computed // bs) for _, s in ended]))
-        pairs = pairs[:done].tolist()
+                blocks[-1] = engine._computed_blocks(blocks_read[done - 1] - sum([-(-s.num_computed // bs) for _, s in ended]))
         recorder.decode_run(first_index=step, starts=starts, times=times, num_seqs=n, pairs=pairs, books=books,
                             num_running=num_running, num_waiting=[len(sched.waiting)] * done,
                             num_preemptions=[sched.num_preemptions] * done, schedule_s=(time.perf_counter() - t0) / done)
@@ -188,6 +195,7 @@ class DecodeRuns:
             else:
                 free -= 1
         t0 = time.perf_counter()
+        self.state = None  # preemptions and one-token grows: the next run gathers afresh
         sched.now = now
         seqs = [g.seqs[0] for g in running]
         grows = [(s.seq_id, s.tokens[-1:]) for s in seqs]
@@ -203,8 +211,8 @@ class DecodeRuns:
             seq.num_computed += 1
         held = np.array([s.num_computed for s in seqs], dtype=np.int64)
         pairs, blocks_read = int(held.sum()), int(((held + mask) >> shift).sum())
-        times = self.executor.decode_run_times(n, np.array([pairs]), np.array([blocks_read]), alloc.block_size)
-        after = now + float(times["duration_s"][0])
+        times = self.executor.decode_run_times(n, [pairs], [blocks_read], alloc.block_size)
+        after = now + times["duration_s"][0]
         books = alloc.decode_run_books([s.seq_id for s in seqs], held - 1,
                                        np.array([g.kv_final_len for g in running], dtype=np.int64), 1, grown=True)
         alloc.commit()  # after the step's forward pass on the general path: nothing in between reads the pool
@@ -214,7 +222,7 @@ class DecodeRuns:
             seq.token_times.append(after)
         sched.sampled_groups = list(running)
         sched.plain_decodes = n
-        recorder.decode_run(first_index=index, starts=[now], times={k: v.tolist() for k, v in times.items()},
+        recorder.decode_run(first_index=index, starts=[now], times=times,
                             num_seqs=n, pairs=[pairs], books=books, num_running=[n], num_waiting=[len(sched.waiting)],
                             num_preemptions=[sched.num_preemptions], schedule_s=time.perf_counter() - t0)
         if self.engine.progress is not None:
@@ -239,3 +247,63 @@ class DecodeRuns:
             return False
         seq = head.seqs[0]
         return self.alloc.admit_waits(seq.seq_id, seq.tokens, cfg.max_model_len, head.kv_final_len, taken)
+
+
+class RunState:
+    """The running sequences of a run, kept from one run to the next while no general step
+    intervenes: their groups (in running order), sequences, ids and token lists, computed tokens
+    and final lengths (arrays), and tokens left to generate. ``gather`` checks what a run needs
+    once; a run keeps every property it checked (one token to compute each, no shared partial
+    block, the allocator's readiness), so the next run with the same groups need not check again."""
+
+    __slots__ = ("groups", "seqs", "seq_ids", "token_lists", "computed", "finals", "to_generate", "since", "left")
+
+    def __init__(self, groups, seqs, computed: np.ndarray, to_generate: list[int], finals: np.ndarray) -> None:
+        self.groups = groups
+        self.seqs = seqs
+        self.seq_ids = [s.seq_id for s in seqs]
+        self.token_lists = [s.tokens for s in seqs]
+        self.computed = computed
+        self.finals = finals
+        self.to_generate = to_generate  # as gathered: less ``since`` now
+        self.since = 0  # steps run since the gather
+        self.left = min(to_generate)  # the fewest tokens any of them has left to generate
+
+    @classmethod
+    def gather(cls, running, alloc) -> RunState | None:
+        """The state of ``running`` if every group is one plain decoding sequence with one token to
+        compute and the allocator is ready for runs; else None."""
+        n = len(running)
+        seqs = [g.seqs[0] for g in running if len(g.seqs) == 1 and g.forked and not g.is_beam]
+        if len(seqs) != n:
+            return None
+        computed = [s.num_computed for s in seqs]
+        if any([len(s.tokens) - nc != 1 for s, nc in zip(seqs, computed)]):  # each has one token to compute
+            return None
+        if not alloc.decode_run_ready(n):
+            return None
+        return cls(list(running), seqs, np.array(computed, dtype=np.int64),
+                   [g.output_len - s.num_generated for g, s in zip(running, seqs)],
+                   np.array([g.kv_final_len for g in running], dtype=np.int64))
+
+    def advance(self, steps: int) -> None:
+        """Every sequence computed and generated ``steps`` more tokens."""
+        self.computed = self.computed + steps
+        self.since += steps
+        self.left -= steps
+
+    def finished(self) -> list[bool]:
+        """Whether each sequence has generated its last token."""
+        since = self.since
+        return [k <= since for k in self.to_generate]
+
+    def drop_finished(self) -> None:
+        """Forget the sequences that generated their last token, keeping the order."""
+        keep = [k > self.since for k in self.to_generate]
+        self.groups, self.seqs, self.seq_ids, self.token_lists, self.to_generate = (
+            list(compress(items, keep)) for items in (self.groups, self.seqs, self.seq_ids, self.token_lists,
+                                                      self.to_generate))
+        mask = np.array(keep)
+        self.computed = self.computed[mask]
+        self.finals = self.finals[mask]
+        self.left = min(self.to_generate) - self.since if self.to_generate else 0

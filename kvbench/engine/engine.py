@@ -98,6 +98,7 @@ class Engine:
                     finished += ended
                     self._queue_released(pending, next_arrival)
                     continue
+                runs.forget()  # the general step may change any running sequence
             t0 = time.perf_counter()
             sched.now = now
             batch = sched.schedule()

@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import math
 import random
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -16,6 +17,8 @@ from kvbench.geometry import KVGeometry
 from kvbench.hf.cost_view import cost_params
 from kvbench.sim.cost_model import TIMING_KEYS, decode_run_times, op_constants_source, step_time, summarize
 from kvbench.sim.padding import padded_summary
+
+DRAWS_AT_ONCE = 64  # from this many draws on, one getrandbits call is faster than the loop
 
 
 class SimExecutor:
@@ -64,19 +67,25 @@ class SimExecutor:
             timings={key: times[key] for key in TIMING_KEYS},
         )
 
-    def decode_run_times(self, num_seqs: int, decode_pairs: np.ndarray, decode_blocks: np.ndarray,
-                         block_size: int) -> dict[str, np.ndarray]:
+    def decode_run_times(self, num_seqs: int, decode_pairs: Sequence[int], decode_blocks: Sequence[int],
+                         block_size: int) -> dict[str, list[float]]:
         """``execute``'s duration and timings for each step of a decode run
         (``kvbench.engine.decode_run``): ``num_seqs`` one-token sampling chunks, no copy, page or
         swap work; its tokens come from ``draw_tokens``."""
         return decode_run_times(self.params, block_size, num_seqs, decode_pairs, decode_blocks)
 
     def draw_tokens(self, count: int) -> list[int]:
-        """The next ``count`` placeholder tokens, the very draws ``execute`` would make one by one.
-        (numpy's Mersenne Twister could draw them at once from this generator's state, but moving
-        the state both ways costs about 200 us here: more than 1,000 draws of this loop.)"""
-        rand, vocab = self._rng.random, self.vocab_size
-        return [int(rand() * vocab) for _ in range(count)]
+        """The next ``count`` placeholder tokens, the very draws ``execute`` would make one by one
+        (``int(random() * vocab)``). Many at once come from one ``getrandbits`` call: its 32-bit
+        words are the generator's next outputs in order (least significant first), and
+        ``random()`` makes a double of two of them as below, so the values and the generator's
+        state after them are the loop's."""
+        if count < DRAWS_AT_ONCE:
+            rand, vocab = self._rng.random, self.vocab_size
+            return [int(rand() * vocab) for _ in range(count)]
+        words = np.frombuffer(self._rng.getrandbits(64 * count).to_bytes(8 * count, "little"), dtype="<u4")
+        doubles = ((words[0::2] >> 5) * 67108864.0 + (words[1::2] >> 6)) * (1.0 / 9007199254740992.0)
+        return (doubles * self.vocab_size).astype(np.int64).tolist()
 
     def _candidates(self, k: int) -> list[tuple[int, float]]:
         """k distinct tokens with descending logprobs of a valid distribution (sum of probs < 1):

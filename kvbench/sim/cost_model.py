@@ -98,9 +98,8 @@ or ``fixed_floor`` (elementwise kernels with a minimum time, constants in the pr
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-
-import numpy as np
 
 from kvbench.batch import BatchCounts
 from kvbench.geometry import DTYPE_BYTES, KVGeometry
@@ -652,28 +651,34 @@ def step_time(p: CostParams, s: StepSummary) -> dict[str, float]:
     }
 
 
-def decode_run_times(p: CostParams, block_size: int, num_seqs: int, decode_pairs: np.ndarray,
-                     decode_blocks: np.ndarray) -> dict[str, np.ndarray]:
-    """``step_time`` of each step of a decode run at once: every step ``num_seqs`` one-token
-    sampling chunks reading ``decode_pairs[j]`` context tokens in ``decode_blocks[j]`` blocks, no
-    prefill, copy, swap or page work. The same operations in the same order as ``step_time``
-    applies to such a step, elementwise, so each value is bit for bit step_time's (the constant
-    terms come from ``step_time`` itself; ``tests/test_decode_runs.py`` holds them equal)."""
+def decode_run_times(p: CostParams, block_size: int, num_seqs: int, decode_pairs: Sequence[int],
+                     decode_blocks: Sequence[int]) -> dict[str, list[float]]:
+    """``step_time`` of each step of a decode run: every step ``num_seqs`` one-token sampling
+    chunks reading ``decode_pairs[j]`` context tokens in ``decode_blocks[j]`` blocks, no prefill,
+    copy, swap or page work. The same operations in the same order as ``step_time`` applies to
+    such a step, so each value is bit for bit step_time's (the constant terms come from
+    ``step_time`` itself; ``tests/test_decode_runs.py`` holds them equal). Plain floats, step by
+    step: a run is a few steps, for which numpy's per-call cost outweighs the arithmetic."""
     n, tokens = p.count, num_seqs
     known = p._decode_fixed.get((block_size, tokens))
     if known is None:
         fixed = step_time(p, StepSummary(block_size, tokens, tokens, tokens, tokens, 0, 0, 0, 0))
         known = p._decode_fixed[block_size, tokens] = fixed["forward_s"], fixed["sampling_s"]
     forward, sampling = known
-    overhead = p.overhead_s + tokens * p.seq_overhead_s
-    flops_t, bytes_t = _attention_bounds(p, block_size, decode_pairs, decode_blocks)
-    attention = np.where(flops_t > bytes_t, flops_t, bytes_t) + tokens * p.bytes_per_slot / n / p.mem_rate
-    busy = forward + attention
-    overhead = np.where(busy < p.issue_floor_s, overhead + (p.issue_floor_s - forward - attention), overhead)
-    zero = np.zeros_like(attention)
-    return {"overhead_s": overhead, "forward_s": np.full_like(attention, forward), "attention_s": attention,
-            "sampling_s": np.full_like(attention, sampling), "copy_s": zero, "swap_s": zero,
-            "duration_s": overhead + forward + attention + sampling + 0.0 + 0.0}
+    base_overhead = p.overhead_s + tokens * p.seq_overhead_s
+    new_kv = tokens * p.bytes_per_slot / n / p.mem_rate
+    floor = p.issue_floor_s
+    overheads, attentions, durations = [], [], []
+    for pairs, blocks in zip(decode_pairs, decode_blocks):
+        flops_t, bytes_t = _attention_bounds(p, block_size, pairs, blocks)
+        attention = (flops_t if flops_t > bytes_t else bytes_t) + new_kv
+        overhead = base_overhead + (floor - forward - attention) if forward + attention < floor else base_overhead
+        overheads.append(overhead)
+        attentions.append(attention)
+        durations.append(overhead + forward + attention + sampling + 0.0 + 0.0)
+    k = len(durations)
+    return {"overhead_s": overheads, "forward_s": [forward] * k, "attention_s": attentions,
+            "sampling_s": [sampling] * k, "copy_s": [0.0] * k, "swap_s": [0.0] * k, "duration_s": durations}
 
 
 def batch_time(model, gpu, batch, system=None, *, geometry: KVGeometry) -> dict[str, float]:
