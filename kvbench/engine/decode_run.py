@@ -23,6 +23,7 @@ run finishes as ``Engine._process`` would).
 from __future__ import annotations
 
 import bisect
+import math
 import time
 from array import array
 from itertools import accumulate, compress
@@ -103,6 +104,12 @@ class DecodeRuns:
         if steps_left is not None:
             steps = min(steps, steps_left)
         steps = min(steps, MAX_RUN_STEPS)
+        bs = alloc.block_size
+        context0, blocks0 = int(c.sum()), int(((c + bs - 1) // bs).sum())
+        executor = self.executor
+        if next_arrival_s < math.inf:  # no step past the arrival: a step takes at least the first's time
+            first_s = executor.decode_run_times(n, [context0], [blocks0], bs)["duration_s"][0]
+            steps = min(steps, int((next_arrival_s - now) / first_s) + 2)
         wanted = steps
         steps, first_taken = alloc.decode_run_room(seq_ids, c, steps)
         # the step that runs short of blocks comes last, with its preemptions (no finish in it)
@@ -113,12 +120,8 @@ class DecodeRuns:
             after = self._short_step(now, step, recorder, finished)
             return (0, now, 0) if after is None else (1, after, 0)
         t0 = time.perf_counter()
-        bs = alloc.block_size
-        context0 = int(c.sum())
         pairs = [context0 + n * j for j in range(1, steps + 1)]  # context tokens read in each step
-        blocks0 = int(((c + bs - 1) // bs).sum())
         blocks_read = [blocks0 + taken for taken in run_takes(c, bs, steps)]  # a block more as each one starts
-        executor = self.executor
         times = executor.decode_run_times(n, pairs, blocks_read, bs)
         clock = list(accumulate(times["duration_s"], initial=now))  # now += duration, step by step
         # an arrival joins at the first boundary at or after it: the general path takes that step

@@ -6,6 +6,7 @@ The serving latency and throughput statistics (vLLM's names and definitions) com
 from __future__ import annotations
 
 import math
+from itertools import repeat
 
 import numpy as np
 import pandas as pd
@@ -100,17 +101,28 @@ class Recorder:
                    num_preemptions: list[int], schedule_s: float) -> None:
         """The rows ``step`` logs, for each step of a decode run (``kvbench.engine.decode_run``):
         ``num_seqs`` one-token sampling chunks (context ``pairs[j]``), no copy or swap; ``books``
-        the allocator's (token, reserved, internal, external, blocks, cached) of each step."""
+        the allocator's (token, reserved, internal, external, blocks, cached) of each step. The
+        same values as ``_row``'s, zipped into rows at once."""
         token, reserved, internal, external, blocks, cached = books
-        durations, attention, forward, sampling, copy, swap = (
-            times[key] for key in ("duration_s", "attention_s", "forward_s", "sampling_s", "copy_s", "swap_s"))
-        append = self._rows.append
-        for j, start in enumerate(starts):
-            usage = MemoryUsage(token[j], reserved[j], internal[j], external[j], None if cached is None else cached[j])
-            append(_row(first_index + j, start, durations[j], num_seqs, num_seqs, num_seqs, 0, num_running[j],
-                        num_waiting[j], 0, num_preemptions[j], usage, pairs[j],
-                        blocks[j] if blocks is not None else None, 0, attention[j], forward[j], sampling[j],
-                        copy[j], swap[j], schedule_s, num_seqs))
+        k = len(starts)
+        nan, n, zero = math.nan, repeat(num_seqs), repeat(0)
+        if cached is None:
+            totals = [t + r + i + e for t, r, i, e in zip(token, reserved, internal, external)]
+            cached_frac = repeat(nan)
+        else:
+            totals = [t + r + i + e + c for t, r, i, e, c in zip(token, reserved, internal, external, cached)]
+            cached_frac = [c / total for c, total in zip(cached, totals)]
+        if blocks is None:
+            per_table = distinct = repeat(nan)
+        else:
+            per_table, distinct = [b[0] for b in blocks[:k]], [b[1] for b in blocks[:k]]
+        self._rows.extend(zip(
+            range(first_index, first_index + k), starts, times["duration_s"], n, n, n, zero, num_running,
+            num_waiting, zero, num_preemptions,
+            [t / total for t, total in zip(token, totals)], [r / total for r, total in zip(reserved, totals)],
+            [i / total for i, total in zip(internal, totals)], [e / total for e, total in zip(external, totals)],
+            cached_frac, pairs, token, per_table, distinct, zero, times["attention_s"], times["forward_s"],
+            times["sampling_s"], times["copy_s"], times["swap_s"], repeat(schedule_s), n))
 
     def steps_frame(self) -> pd.DataFrame:
         if not self._rows:
