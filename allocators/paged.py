@@ -289,7 +289,9 @@ class PagedAllocator(Allocator):
         for round_, slots in zip(enters, waste):
             if round_ <= steps and slots:
                 tail[max(round_, 1) - 1] += slots
-        shared = self._shared_entries()
+        # the tables hold a block per block of tokens (``check``), the round's when ``grown``: the
+        # entries past the used blocks are the shared ones (``_shared_entries``, without the walk)
+        shared = blocks0 + (takes[0] if grown else 0) - self._used_blocks()
         room = self._cache_room()
         token, reserved, internal, external, blocks = [], [], [], [], []
         cached = None if room is None else []

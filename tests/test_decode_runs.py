@@ -182,15 +182,18 @@ def _books_per_sequence(bs: int, num_slots: int, tokens: np.ndarray, finals: np.
 def test_paged_run_books_are_the_per_sequence_sums(bs):
     from allocators.paged import PagedAllocator
 
-    alloc = PagedAllocator(1 << 22, block_size=bs)
     rng = np.random.default_rng(bs)
-    for _ in range(200):
+    for _ in range(100):
         n, steps = int(rng.integers(1, 40)), int(rng.integers(1, 3 * bs + 3))
         tokens = rng.integers(1, 4 * bs, size=n)
         finals = tokens + steps + rng.integers(0, 3 * bs, size=n)  # a run never passes a final length
         finals[: n // 3] = tokens[: n // 3] + steps  # some end in the run's last round
-        assert alloc.decode_run_books([], tokens, finals, steps) == _books_per_sequence(bs, alloc.num_slots, tokens,
-                                                                                         finals, steps)
+        alloc = PagedAllocator(1 << 16, block_size=bs)
+        for seq_id, held in enumerate(tokens.tolist()):  # each holds its tokens, as a run finds them
+            assert alloc.admit(seq_id, [7] * held, 1 << 14).ok
+            alloc.grow(seq_id, held)
+        assert alloc.decode_run_books(list(range(n)), tokens, finals, steps) == _books_per_sequence(
+            bs, alloc.num_slots, tokens, finals, steps)
 
 
 def test_draw_tokens_at_once_are_the_loops_draws():
