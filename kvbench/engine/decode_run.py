@@ -175,13 +175,14 @@ class DecodeRuns:
         is preempted, the grower itself when it is the newest, and the grow retried. Returns the
         clock after it; None, changing nothing, where a group would be out of memory alone (the
         general path's exclusive rule)."""
-        sched, alloc = self.sched, self.alloc
+        sched, alloc, state = self.sched, self.alloc, self.state  # the state: advance's, just checked
         running = sched.running
-        per_table, distinct = alloc.block_counts()
-        if per_table != distinct:  # prefix hits shared: a preemption may free fewer blocks than it holds
-            return None
+        if type(alloc) is not PagedAllocator:  # paged's runs hold no shared block
+            per_table, distinct = alloc.block_counts()
+            if per_table != distinct:  # prefix hits shared: a preemption may free fewer blocks than it holds
+                return None
         mask, shift = alloc.block_size - 1, alloc.block_size.bit_length() - 1
-        computed = [g.seqs[0].num_computed for g in running]
+        computed = state.computed.tolist()
         free, last = alloc.num_free_blocks(), len(running) - 1
         for i, nt in enumerate(computed):  # a dry run: who is preempted, and never a group alone
             if i > last:
@@ -198,9 +199,8 @@ class DecodeRuns:
             else:
                 free -= 1
         t0 = time.perf_counter()
-        self.state = None  # preemptions and one-token grows: the next run gathers afresh
         sched.now = now
-        seqs = [g.seqs[0] for g in running]
+        seqs = state.seqs
         grows = [(s.seq_id, s.tokens[-1:]) for s in seqs]
         i = 0
         while True:  # grow_many stops at the first grow the pool cannot take: preempt, go on
@@ -209,15 +209,17 @@ class DecodeRuns:
                 break
             sched._preempt(running[-1])
         n = len(running)
-        del seqs[n:]
+        state.keep_first(n)  # the preempted groups were the newest
+        seqs = state.seqs
         for seq in seqs:
             seq.num_computed += 1
-        held = np.array([s.num_computed for s in seqs], dtype=np.int64)
+        c = state.computed
+        held = c + 1
         pairs, blocks_read = int(held.sum()), int(((held + mask) >> shift).sum())
         times = self.executor.decode_run_times(n, [pairs], [blocks_read], alloc.block_size)
         after = now + times["duration_s"][0]
-        books = alloc.decode_run_books([s.seq_id for s in seqs], held - 1,
-                                       np.array([g.kv_final_len for g in running], dtype=np.int64), 1, grown=True)
+        books = alloc.decode_run_books(state.seq_ids, c, state.finals, 1, grown=True)
+        state.advance(1)
         alloc.commit()  # after the step's forward pass on the general path: nothing in between reads the pool
         for seq, token in zip(seqs, self.executor.draw_tokens(n)):
             seq.tokens.append(token)
@@ -294,6 +296,14 @@ class RunState:
         self.computed = self.computed + steps
         self.since += steps
         self.left -= steps
+
+    def keep_first(self, n: int) -> None:
+        """Forget all but the first ``n`` sequences (the others were preempted)."""
+        if n < len(self.seqs):
+            for name in ("groups", "seqs", "seq_ids", "token_lists", "to_generate"):
+                del getattr(self, name)[n:]
+            self.computed, self.finals = self.computed[:n], self.finals[:n]
+            self.left = min(self.to_generate) - self.since
 
     def finished(self) -> list[bool]:
         """Whether each sequence has generated its last token."""
