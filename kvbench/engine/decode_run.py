@@ -200,16 +200,24 @@ class DecodeRuns:
                 free -= 1
         t0 = time.perf_counter()
         sched.now = now
-        seqs = state.seqs
-        grows = [(s.seq_id, s.tokens[-1:]) for s in seqs]
-        i = 0
-        while True:  # grow_many stops at the first grow the pool cannot take: preempt, go on
-            i += len(alloc.grow_many(grows[i:len(running)]))
-            if i >= len(running):
-                break
-            sched._preempt(running[-1])
-        n = len(running)
-        state.keep_first(n)  # the preempted groups were the newest
+        if type(alloc) is PagedAllocator:
+            # its free list is first in, first out: preempting the victims (newest first) before
+            # the grows hands each grower the block it would take between the preemptions
+            while len(running) > last + 1:
+                sched._preempt(running[-1])
+            n = len(running)
+            state.keep_first(n)
+            alloc.grow_decode_run(state.seq_ids, computed[:n], 1, state.token_lists)
+        else:
+            grows = [(s.seq_id, s.tokens[-1:]) for s in state.seqs]
+            i = 0
+            while True:  # grow_many stops at the first grow the pool cannot take: preempt, go on
+                i += len(alloc.grow_many(grows[i:len(running)]))
+                if i >= len(running):
+                    break
+                sched._preempt(running[-1])
+            n = len(running)
+            state.keep_first(n)  # the preempted groups were the newest
         seqs = state.seqs
         for seq in seqs:
             seq.num_computed += 1
