@@ -6,7 +6,7 @@ The serving latency and throughput statistics (vLLM's names and definitions) com
 from __future__ import annotations
 
 import math
-from itertools import repeat
+from itertools import chain
 
 import numpy as np
 import pandas as pd
@@ -49,12 +49,44 @@ def _row(index, start_s, duration_s, num_requests, num_seqs, num_tokens, prefill
             copy_slots, attention_s, forward_s, sampling_s, copy_s, swap_s, schedule_s, running_requests)
 
 
+def _column(general: tuple, general_at: np.ndarray, runs: list, run_types: set, total: int) -> np.ndarray | list:
+    """One step column, the general steps' values at ``general_at`` and the runs' everywhere
+    else (in order; ``run_types`` the types among them), typed as pandas would infer it from the
+    values: int64 where all are Python ints, float64 where all are Python ints or floats (NaN
+    included), else a list for pandas to infer. numpy builds the first two from known types far
+    faster than pandas guesses them."""
+    types = set(map(type, general)) | run_types
+    dtype = np.int64 if types <= _INT else np.float64 if types <= _INT_OR_FLOAT else object
+    if not runs:
+        column = np.array(general, dtype=dtype)
+    elif not general:
+        column = np.array(runs, dtype=dtype)
+    else:
+        column = np.empty(total, dtype=dtype)
+        in_run = np.ones(total, dtype=bool)
+        in_run[general_at] = False
+        column[general_at] = np.array(general, dtype=dtype)
+        column[in_run] = np.array(runs, dtype=dtype)
+    return column if dtype is not object else column.tolist()
+
+
+_INT, _INT_OR_FLOAT = {int}, {int, float}
+# the type of each column's values in a decode run's rows (``Recorder.decode_run``), block counts
+# aside (ints, or NaN where there are none)
+_FLOAT_COLUMNS = {"time_s", "step_s", *MEM_KEYS, "mem_cached_frac", *TIMING_KEYS}
+_RUN_TYPES = tuple(float if name in _FLOAT_COLUMNS else int for name in STEP_COLUMNS)
+
+
 class Recorder:
-    """Step log: one tuple of the ``STEP_COLUMNS`` per step (one append keeps the hot loop
-    cheap), turned into columns once at the end."""
+    """Step log: one tuple of the ``STEP_COLUMNS`` per general step (one append keeps the hot
+    loop cheap), a decode run's steps as a list per column, turned into columns once at the end."""
 
     def __init__(self) -> None:
         self._rows: list[tuple] = []
+        self._rows_at: list[int] = []  # each general step's row in the log
+        self._runs: list[list[list]] = [[] for _ in STEP_COLUMNS]  # per column, each run's values
+        self._num_steps = 0
+        self._run_types: list[set] = [set() for _ in STEP_COLUMNS]  # the types among the runs' values
         self._groups: list[tuple] = []  # mixed models only: each step's (kind, held, needed) per group
         self._tiers: list[dict[str, int]] = []  # offload tiers only: each step's tier bytes
 
@@ -86,6 +118,8 @@ class Recorder:
         nan = math.nan
         if usage.groups is not None:  # mixed models only: no new columns for the others
             self._groups.append(tuple(usage.groups))
+        self._rows_at.append(self._num_steps)
+        self._num_steps += 1
         self._rows.append(_row(
             index, start_s, result.duration_s, counts.num_requests, len(chunks), counts.num_tokens,
             counts.prefill_tokens, num_running, num_waiting, num_swapped, num_preemptions, usage,
@@ -105,29 +139,42 @@ class Recorder:
         same values as ``_row``'s, zipped into rows at once."""
         token, reserved, internal, external, blocks, cached = books
         k = len(starts)
-        nan, n, zero = math.nan, repeat(num_seqs), repeat(0)
+        nan = math.nan
         if cached is None:
             totals = [t + r + i + e for t, r, i, e in zip(token, reserved, internal, external)]
-            cached_frac = repeat(nan)
+            cached_frac = [nan] * k
         else:
             totals = [t + r + i + e + c for t, r, i, e, c in zip(token, reserved, internal, external, cached)]
             cached_frac = [c / total for c, total in zip(cached, totals)]
         if blocks is None:
-            per_table = distinct = repeat(nan)
+            per_table = distinct = [nan] * k
         else:
             per_table, distinct = [b[0] for b in blocks[:k]], [b[1] for b in blocks[:k]]
-        self._rows.extend(zip(
-            range(first_index, first_index + k), starts, times["duration_s"], n, n, n, zero, num_running,
-            num_waiting, zero, num_preemptions,
+        seqs, zeros = [num_seqs] * k, [0] * k
+        values = (
+            list(range(first_index, first_index + k)), starts, times["duration_s"], seqs, seqs, seqs, zeros,
+            num_running, num_waiting, zeros, num_preemptions,
             [t / total for t, total in zip(token, totals)], [r / total for r, total in zip(reserved, totals)],
             [i / total for i, total in zip(internal, totals)], [e / total for e, total in zip(external, totals)],
-            cached_frac, pairs, token, per_table, distinct, zero, times["attention_s"], times["forward_s"],
-            times["sampling_s"], times["copy_s"], times["swap_s"], repeat(schedule_s), n))
+            cached_frac, pairs[:k], token, per_table, distinct, zeros, times["attention_s"], times["forward_s"],
+            times["sampling_s"], times["copy_s"], times["swap_s"], [schedule_s] * k, seqs)
+        for column, run_values in zip(self._runs, values):
+            column.append(run_values)
+        if not self._run_types[0]:  # the types each column's values have in every run
+            for types, column in zip(self._run_types, _RUN_TYPES):
+                types.add(column)
+        if blocks is None:  # NaN: no shareable blocks
+            self._run_types[STEP_COLUMNS.index("logical_blocks")].add(float)
+            self._run_types[STEP_COLUMNS.index("physical_blocks")].add(float)
+        self._num_steps += k
 
     def steps_frame(self) -> pd.DataFrame:
-        if not self._rows:
+        if not self._num_steps:
             return pd.DataFrame({})
-        columns = {name: list(column) for name, column in zip(STEP_COLUMNS, zip(*self._rows))}
+        total, at = self._num_steps, np.array(self._rows_at, dtype=np.int64)
+        general = list(zip(*self._rows)) if self._rows else [()] * len(STEP_COLUMNS)
+        columns = {name: _column(values, at, list(chain.from_iterable(runs)), run_types, total)
+                   for name, values, runs, run_types in zip(STEP_COLUMNS, general, self._runs, self._run_types)}
         if self._groups:  # the per-group columns sit after token_slots, as a step's usage lists them
             group_columns: dict[str, list[float]] = {}
             for step_groups in self._groups:
