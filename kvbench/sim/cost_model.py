@@ -668,9 +668,12 @@ def decode_run_times(p: CostParams, block_size: int, num_seqs: int, decode_pairs
     base_overhead = p.overhead_s + tokens * p.seq_overhead_s
     new_kv = tokens * p.bytes_per_slot / n / p.mem_rate
     floor = p.issue_floor_s
+    # _attention_bounds' terms, inline
+    flops_per_pair, flops_rate, mem_rate = p.attn_flops_per_pair, p.attn_flops_rate, p.mem_rate
+    bytes_per_block = block_size * p.bytes_per_slot + p.segments_per_block * p.gather_half_bytes
     overheads, attentions, durations = [], [], []
     for pairs, blocks in zip(decode_pairs, decode_blocks):
-        flops_t, bytes_t = _attention_bounds(p, block_size, pairs, blocks)
+        flops_t, bytes_t = pairs * flops_per_pair / n / flops_rate, blocks * bytes_per_block / n / mem_rate
         attention = (flops_t if flops_t > bytes_t else bytes_t) + new_kv
         overhead = base_overhead + (floor - forward - attention) if forward + attention < floor else base_overhead
         overheads.append(overhead)
