@@ -14,8 +14,9 @@ script prints one line and exits 0.
 
 Timing: CPU time of this process (``time.process_time``) around the step loop of each side only
 (kvbench: ``Engine.run``; nano-vllm: adding the sequences, then schedule/postprocess until done),
-one run of each side per round, in rotating order. A sequence-step is one sequence in one step's
-batch. The ratios (kvbench / nano-vllm) are taken within each round; the medians of rounds are
+one run of each side per round, in rotating order. Both sides run with Python's cycle collector
+off (kvbench's ``Engine.run`` turns it off; the script does the same around nano-vllm's loop).
+A sequence-step is one sequence in one step's batch. The ratios (kvbench / nano-vllm) are taken within each round; the medians of rounds are
 printed, which drift of a shared machine moves little. A cProfile run of each side then splits
 the time by component.
 
@@ -27,6 +28,7 @@ from __future__ import annotations
 import argparse
 import cProfile
 import dataclasses
+import gc
 import importlib.util
 import pstats
 import statistics
@@ -86,6 +88,16 @@ def load_nanovllm(root: Path) -> types.SimpleNamespace:
 def run_nanovllm(nano: types.SimpleNamespace, requests: list) -> dict[str, float]:
     """nano-vllm's scheduling loop to completion with a fake runner (one token per sequence)."""
     params = [nano.sampling_params.SamplingParams(max_tokens=r.output_len, ignore_eos=True) for r in requests]
+    collecting = gc.isenabled()
+    gc.disable()  # as kvbench's Engine.run does: like for like
+    try:
+        return _nanovllm_loop(nano, requests, params)
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _nanovllm_loop(nano: types.SimpleNamespace, requests: list, params: list) -> dict[str, float]:
     c0 = time.process_time()
     scheduler = nano.scheduler.Scheduler(StubConfig())
     for r, p in zip(requests, params):
