@@ -77,6 +77,9 @@ def beam_limit_error(beam_width: int, max_num_seqs: int, max_num_batched_tokens:
     return None
 
 
+# the decode fast path takes the running groups this many at a time: a grow short of memory
+# sends one group to the general path, and the next pass gathers again from the group after it
+PLAIN_RUN_GROUPS = 32
 new_chunk = tuple.__new__  # SeqChunk from its ten fields in order, without the named tuple's __new__
 NO_TABLE: list[int] = []  # the block table of a chunk for an executor that reads none (never written)
 
@@ -178,7 +181,7 @@ class Scheduler:
         plain_undone = 0  # fast-path groups preempted later in the step (their chunks taken back)
         i = 0
         while i < len(running):
-            run, seqs, grows = self._plain_run(i, min(budget, seq_budget))
+            run, seqs, grows = self._plain_run(i, min(budget, seq_budget, PLAIN_RUN_GROUPS))
             if run:  # the decode fast path: grown in one call, the rules of _chunks_for for this case
                 grown = allocator.grow_many(grows)
                 add_chunk, block_table = chunks.append, allocator.block_table
@@ -800,11 +803,11 @@ class Scheduler:
                 self._copy_ops.append(op)
 
     def _insert_running(self, group: Group) -> None:
-        key = (group.request.arrival_s, group.request_id)
-        idx = len(self.running)
-        while idx > 0 and (self.running[idx - 1].request.arrival_s, self.running[idx - 1].request_id) > key:
+        key, running = group.age_key, self.running
+        idx = len(running)
+        while idx > 0 and running[idx - 1].age_key > key:
             idx -= 1
-        self.running.insert(idx, group)
+        running.insert(idx, group)
 
     def _reject(self, group: Group, reason: str) -> None:
         self._pending_forks.pop(group.request_id, None)

@@ -61,6 +61,7 @@ class Group:
     output_len: int = field(init=False)
     is_beam: bool = field(init=False)
     kv_final_len: int = field(init=False)  # slots each sequence fills by its end: the last sampled token is never stored
+    age_key: tuple[float, int] = field(init=False)  # (arrival, request id): the larger, the newer
     # Queueing (kvbench.engine.queue_orders, victims):
     order_s: float = field(init=False)  # its place in the queue order: arrival, or its return if it lost its place
     queued_since: float | None = field(init=False)  # when it last joined the waiting or swapped queue; None while running
@@ -73,6 +74,7 @@ class Group:
         self.output_len = request.output_len
         self.is_beam = request.beam_width > 1
         self.kv_final_len = request.prompt_len + request.output_len - 1
+        self.age_key = (request.arrival_s, request.request_id)
         self.order_s = self.queued_since = request.arrival_s
         self.queue_wait_s = 0.0
         self.lost_tokens = 0

@@ -28,13 +28,17 @@ arrival order, so an old one is reached before the newer ones it now preempts.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from operator import attrgetter
 
 from allocators.base import Allocator
 from kvbench.engine.sequence import Group
 
 
 def _newest_key(group: Group) -> tuple:
-    return (group.request.arrival_s, group.request_id)
+    return group.age_key
+
+
+_AGE = attrgetter("age_key")  # _newest_key, in C
 
 
 class VictimChoice:
@@ -60,6 +64,9 @@ class VictimChoice:
 
 class NewestVictim(VictimChoice):
     name = "newest"
+
+    def pick(self, candidates: Sequence[Group]) -> Group:
+        return max(candidates, key=_AGE)
 
 
 class LowestPriorityVictim(VictimChoice):
