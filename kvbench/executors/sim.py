@@ -89,11 +89,32 @@ class SimExecutor:
 
     def _candidates(self, k: int) -> list[tuple[int, float]]:
         """k distinct tokens with descending logprobs of a valid distribution (sum of probs < 1):
-        normalised exponential draws, the (k+1)-th standing for the rest of the vocabulary."""
+        normalised exponential draws, the (k+1)-th standing for the rest of the vocabulary.
+
+        The draws of ``random.sample(range(vocab), k)`` and ``k + 1`` of ``expovariate(1.0)``,
+        inline: where the vocabulary is larger than sample's small-set bound, sample rejects
+        ``getrandbits(vocab.bit_length())`` draws at or past the vocabulary or already taken,
+        and expovariate is ``-log(1 - random())``; ``tests/test_sim_executor.py`` holds this to
+        the library's calls draw for draw."""
         rng = self._rng
-        k = min(k, self.vocab_size)
-        tokens = rng.sample(range(self.vocab_size), k)
-        weights = [rng.expovariate(1.0) + 1e-12 for _ in range(k + 1)]
+        vocab = self.vocab_size
+        k = min(k, vocab)
+        if vocab <= _sample_set_bound(k):
+            tokens = rng.sample(range(vocab), k)
+        else:
+            getrandbits, bits, tokens = rng.getrandbits, vocab.bit_length(), []
+            while len(tokens) < k:
+                j = getrandbits(bits)
+                if j < vocab and j not in tokens:
+                    tokens.append(j)
+        rand, log = rng.random, math.log
+        weights = [-log(1.0 - rand()) / 1.0 + 1e-12 for _ in range(k + 1)]
         total = sum(weights)
         probs = sorted((w / total for w in weights[:k]), reverse=True)
-        return [(t, math.log(p)) for t, p in zip(tokens, probs)]
+        return [(t, log(p)) for t, p in zip(tokens, probs)]
+
+
+def _sample_set_bound(k: int) -> int:
+    """The population size up to which ``random.sample`` draws ``k`` from a list pool, past
+    which from a set of those taken (CPython's bound)."""
+    return 21 + (4 ** math.ceil(math.log(k * 3, 4)) if k > 5 else 0)
