@@ -495,3 +495,21 @@ def test_clean_in_a_loop_never_breaks_starting_runs(tmp_path):
     errs = [p.communicate()[1] for p in procs]
     assert [p.returncode for p in procs] == [0, 0, 0], errs
     assert cleaned == 0 and len(_rows(index)) == 3 and (user / "notes.txt").read_text() == "mine"
+
+
+def test_a_sweep_with_no_finished_run_leaves_nothing_of_kvbench_and_keeps_the_rest(tmp_path, monkeypatch):
+    from kvbench.run.rundir import KEEP_ENV, discard_sweep
+
+    monkeypatch.setenv(KEEP_ENV, str(tmp_path))  # the folder that was there before the sweep
+    sweep = tmp_path / "sweep"
+    (sweep / ".jobs").mkdir(parents=True)
+    (sweep / ".jobs" / "multirun.start").write_text("{}")
+    (sweep / ".jobs" / "0.json").write_text("{}")
+    (sweep / "multirun.yaml").write_text("")
+    assert discard_sweep(sweep) == "no run had finished; nothing was kept" and not sweep.exists()
+
+    (sweep / ".jobs").mkdir(parents=True)
+    (sweep / ".jobs" / "multirun.start").write_text("{}")
+    (sweep / ".jobs" / "notes.txt").write_text("the user's")  # not kvbench's: it stays, and so does its folder
+    assert discard_sweep(sweep).startswith("no run had finished; files kvbench did not write stay")
+    assert sorted(p.name for p in (sweep / ".jobs").iterdir()) == ["notes.txt"]

@@ -3,9 +3,13 @@
 Between two events (an arrival, the pool running short, a group to admit) every step of a
 continuous-batching engine is the same: each running sequence decodes one token. On the
 simulator with ``paged``, ``paged_prefix`` (no tiers), ``radix`` or a region allocator (contiguous, buddy)
-such a run of steps is computed here as arrays (sequences x steps): context lengths, blocks read,
-blocks taken, step times and the memory breakdown of each step; the per-sequence work (tokens,
-emission times, block tables) is done once per run, not once per step. ``paged_prefix`` hashes
+such a run of steps is computed here at once. The running sequences' computed tokens and final
+lengths are arrays (``RunState``, kept from run to run while no general step intervenes); one
+histogram of their positions in their last blocks gives every step's context, blocks read and
+blocks taken, and from those sums the step times and the memory breakdown of each step follow
+step by step (a run is a few steps: per-step sums beat numpy's per-call cost). The
+per-sequence work (tokens, emission times, block tables) is done once per run, not once per
+step. ``paged_prefix`` hashes
 the blocks a run fills round by round, between the grows that may evict cached blocks, as each
 step's commit would; ``radix`` inserts nothing while sequences decode (its running inserts stop
 at the prompt), so its rounds are paged's grows, evictions included. The cost model and the step log still see

@@ -32,6 +32,7 @@ from omegaconf import OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
 from kvbench.config.errors import ConfigError
+from kvbench.run.progress import JOBS_DIR, START_FILE
 
 KEEP_ENV = "KVBENCH_KEEP_DIR"
 RUNNING_FILE = ".running"
@@ -171,6 +172,21 @@ def discard(run_dir: Path) -> str:
 
 
 SWEEP_OUTPUTS = ("multirun.yaml",)  # what a launcher writes into the sweep dir itself
+JOB_RECORDS = (START_FILE, "*.json", ".*.tmp")  # what kvbench writes into the sweep's JOBS_DIR
+
+
+def _discard_job_records(jobs_dir: Path) -> None:
+    """Remove kvbench's records of a sweep none of whose runs finished, and their folder if
+    that empties it."""
+    if not jobs_dir.is_dir() or jobs_dir.is_symlink():
+        return
+    for path in jobs_dir.iterdir():
+        if path.is_file() and not path.is_symlink() and any(fnmatch(path.name, p) for p in JOB_RECORDS):
+            path.unlink(missing_ok=True)
+    try:
+        jobs_dir.rmdir()
+    except OSError:
+        pass  # something else is in it: it stays
 
 
 def discard_sweep(sweep_dir: Path) -> str:
@@ -188,6 +204,7 @@ def discard_sweep(sweep_dir: Path) -> str:
             removed += not job.exists()
     if finished:
         return f"{finished} finished run(s) kept in {sweep_dir}; {removed} unfinished job dir(s) removed"
+    _discard_job_records(sweep_dir / JOBS_DIR)
     if all(p.name in SWEEP_OUTPUTS for p in sweep_dir.iterdir()):
         for name in SWEEP_OUTPUTS:
             (sweep_dir / name).unlink(missing_ok=True)

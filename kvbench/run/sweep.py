@@ -27,11 +27,10 @@ from omegaconf import DictConfig, OmegaConf
 
 from kvbench.results.naming import cell, granularity
 from kvbench.results.query import in_sweep
-from kvbench.run.progress import count_jobs, job_line, note_multirun_start, read_start, wanted
+from kvbench.run.progress import JOBS_DIR, count_jobs, job_line, note_multirun_start, read_start, wanted
 
 log = logging.getLogger("kvbench")
 
-JOBS_DIR = ".jobs"
 METRIC_COLUMNS = ("granularity", "request_throughput", "mean_ttft_ms", "p99_ttft_ms", "mean_tpot_ms",
                   "p99_tpot_ms", "normalized_latency_s", "mean_batch_size", "num_preemptions")
 
