@@ -20,9 +20,7 @@ from typing import TextIO
 
 from omegaconf import OmegaConf
 
-JOBS_DIR = ".jobs"  # in a sweep dir: the multirun's start record and one record per job (*.json)
-# in the sweep's .jobs/ (not *.json: those are job records): when the multirun began, how many jobs
-START_FILE = "multirun.start"
+from kvbench.run.rundir import START_FILE
 
 
 def wanted(flag: object, stream: TextIO | None = None) -> bool:

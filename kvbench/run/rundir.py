@@ -32,9 +32,11 @@ from omegaconf import OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
 from kvbench.config.errors import ConfigError
-from kvbench.run.progress import JOBS_DIR, START_FILE
 
 KEEP_ENV = "KVBENCH_KEEP_DIR"
+JOBS_DIR = ".jobs"  # in a sweep dir: the multirun's start record and one record per job (*.json)
+# in the sweep's .jobs/ (not *.json: those are job records): when the multirun began, how many jobs
+START_FILE = "multirun.start"
 RUNNING_FILE = ".running"
 SUMMARY_FILE = "summary.json"
 

@@ -27,7 +27,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from kvbench.results.naming import cell, granularity
 from kvbench.results.query import in_sweep
-from kvbench.run.progress import JOBS_DIR, count_jobs, job_line, note_multirun_start, read_start, wanted
+from kvbench.run.progress import count_jobs, job_line, note_multirun_start, read_start, wanted
+from kvbench.run.rundir import JOBS_DIR
 
 log = logging.getLogger("kvbench")
 
