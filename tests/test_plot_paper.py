@@ -52,3 +52,10 @@ def test_a_sample_of_the_commands_draws(name, tmp_path):
 @pytest.mark.parametrize("name", FIGURES)
 def test_every_command_draws(name, tmp_path):
     _draw(name, tmp_path)
+
+
+def test_runs_carry_their_experiment_file():
+    """Two studies under one experiment name stay apart by the file that ran them (``--facet``)."""
+    runs = load_runs(ROOT / "results" / "paper").runs
+    sharing = runs[runs["experiment"] == "paper-sharing"]
+    assert set(sharing["experiment_file"]) == {"paper-sharing-parallel", "paper-sharing-beam", "paper-sharing-prefix"}

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from kvbench.results.grouping import settings_that_vary
+from kvbench.results.grouping import experiment_files, settings_that_vary
 from kvbench.results.naming import cell
 from kvbench.results.query import QueryError, in_sweep, where, with_labels
 from kvbench.results.store import load_index
@@ -67,7 +67,9 @@ def load_runs(source: str | Path) -> Source:
     if runs.empty:
         raise PlotError(f"source: no finished run in {path}")
     what = f"sweep {path}" if sweep is not None else f"index {index}"
-    return Source(with_labels(runs).reset_index(drop=True), index, what)
+    runs = with_labels(runs).reset_index(drop=True)
+    runs["experiment_file"] = experiment_files(runs)  # two studies may share an experiment name
+    return Source(runs, index, what)
 
 
 def check_columns(frame: pd.DataFrame, columns: Sequence[str], flag: str) -> None:
