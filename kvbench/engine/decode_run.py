@@ -45,7 +45,7 @@ from kvbench.engine.victims import NewestVictim
 
 PAGED_RUN_ALLOCATORS = (PagedAllocator, PagedPrefixAllocator, RadixAllocator)  # decode_run_* books, short steps
 RUN_ALLOCATORS = (*PAGED_RUN_ALLOCATORS, ContiguousAllocator, BuddyAllocator)
-MAX_RUN_STEPS = 128  # bounds the (sequences x steps) arrays; a longer stretch is several runs
+MAX_RUN_STEPS = 128  # bounds a run's per-step lists; a longer stretch is several runs
 
 
 class DecodeRuns:
