@@ -105,8 +105,13 @@ def main() -> None:
     base_dir = None
     if args.baseline:
         base_dir = Path(tempfile.mkdtemp(prefix="kvbench-baseline-")) / "tree"
-        subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", "-q", str(base_dir), args.baseline],
-                       check=True)
+        added = subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", "-q", str(base_dir),
+                                args.baseline], capture_output=True, text=True)
+        if added.returncode:
+            base_dir.parent.rmdir()  # the empty folder made above
+            why = (added.stderr.strip().splitlines() or ["git worktree add failed"])[-1]
+            print(f"bench_sim_hour: error: --baseline {args.baseline}: {why}", file=sys.stderr)
+            raise SystemExit(2)
         trees = {"base": base_dir, "now": REPO}
     try:
         header = f"{'scenario':<6} {'allocator':<13} {'steps':>8} {'seq-steps':>10}"
