@@ -49,15 +49,24 @@ def _row(index, start_s, duration_s, num_requests, num_seqs, num_tokens, prefill
             copy_slots, attention_s, forward_s, sampling_s, copy_s, swap_s, schedule_s, running_requests)
 
 
-def _column(general: tuple, general_at: np.ndarray, runs: list, run_types: set, total: int) -> np.ndarray | list:
+def _column(general: tuple, general_at: np.ndarray, runs: list, total: int) -> np.ndarray | list:
     """One step column, the general steps' values at ``general_at`` and the runs' everywhere
-    else (in order; ``run_types`` the types among them), typed as pandas would infer it from the
-    values: int64 where all are Python ints, float64 where all are Python ints or floats (NaN
-    included), else a list for pandas to infer. numpy builds the first two from known types far
-    faster than pandas guesses them."""
+    else (in order), typed as pandas would infer it from the values: int64 where all are Python
+    ints, float64 where all are Python ints or floats (NaN included), else a list for pandas to
+    infer. numpy builds the first two far faster than pandas guesses them; the runs' values,
+    many, have their types read off numpy's own inference, checked exactly where it is neither."""
+    run_values = np.array(runs) if runs else None
+    if run_values is None:
+        run_types: set = set()
+    elif run_values.dtype == np.int64:
+        run_types = _INT
+    elif run_values.dtype == np.float64:
+        run_types = _INT_OR_FLOAT  # ints and floats, or floats alone: float64 either way
+    else:
+        run_types = set(map(type, runs))
     types = set(map(type, general)) | run_types
     dtype = np.int64 if types <= _INT else np.float64 if types <= _INT_OR_FLOAT else object
-    if not runs:
+    if run_values is None:
         column = np.array(general, dtype=dtype)
     elif not general:
         column = np.array(runs, dtype=dtype)
@@ -66,15 +75,11 @@ def _column(general: tuple, general_at: np.ndarray, runs: list, run_types: set, 
         in_run = np.ones(total, dtype=bool)
         in_run[general_at] = False
         column[general_at] = np.array(general, dtype=dtype)
-        column[in_run] = np.array(runs, dtype=dtype)
+        column[in_run] = run_values if dtype is not object else np.array(runs, dtype=object)
     return column if dtype is not object else column.tolist()
 
 
 _INT, _INT_OR_FLOAT = {int}, {int, float}
-# the type of each column's values in a decode run's rows (``Recorder.decode_run``), block counts
-# aside (ints, or NaN where there are none)
-_FLOAT_COLUMNS = {"time_s", "step_s", *MEM_KEYS, "mem_cached_frac", *TIMING_KEYS}
-_RUN_TYPES = tuple(float if name in _FLOAT_COLUMNS else int for name in STEP_COLUMNS)
 
 
 class Recorder:
@@ -86,7 +91,6 @@ class Recorder:
         self._rows_at: list[int] = []  # each general step's row in the log
         self._runs: list[list[list]] = [[] for _ in STEP_COLUMNS]  # per column, each run's values
         self._num_steps = 0
-        self._run_types: list[set] = [set() for _ in STEP_COLUMNS]  # the types among the runs' values
         self._groups: list[tuple] = []  # mixed models only: each step's (kind, held, needed) per group
         self._tiers: list[dict[str, int]] = []  # offload tiers only: each step's tier bytes
 
@@ -160,12 +164,6 @@ class Recorder:
             times["sampling_s"], times["copy_s"], times["swap_s"], [schedule_s] * k, seqs)
         for column, run_values in zip(self._runs, values):
             column.append(run_values)
-        if not self._run_types[0]:  # the types each column's values have in every run
-            for types, column in zip(self._run_types, _RUN_TYPES):
-                types.add(column)
-        if blocks is None:  # NaN: no shareable blocks
-            self._run_types[STEP_COLUMNS.index("logical_blocks")].add(float)
-            self._run_types[STEP_COLUMNS.index("physical_blocks")].add(float)
         self._num_steps += k
 
     def steps_frame(self) -> pd.DataFrame:
@@ -173,8 +171,8 @@ class Recorder:
             return pd.DataFrame({})
         total, at = self._num_steps, np.array(self._rows_at, dtype=np.int64)
         general = list(zip(*self._rows)) if self._rows else [()] * len(STEP_COLUMNS)
-        columns = {name: _column(values, at, list(chain.from_iterable(runs)), run_types, total)
-                   for name, values, runs, run_types in zip(STEP_COLUMNS, general, self._runs, self._run_types)}
+        columns = {name: _column(values, at, list(chain.from_iterable(runs)), total)
+                   for name, values, runs in zip(STEP_COLUMNS, general, self._runs)}
         if self._groups:  # the per-group columns sit after token_slots, as a step's usage lists them
             group_columns: dict[str, list[float]] = {}
             for step_groups in self._groups:
