@@ -113,7 +113,8 @@ class DecodeRuns:
         executor = self.executor
         if next_arrival_s < math.inf:  # no step past the arrival: a step takes at least the first's time
             first_s = executor.decode_run_times(n, [context0], [blocks0], bs)["duration_s"][0]
-            steps = min(steps, int((next_arrival_s - now) / first_s) + 2)
+            if first_s > 0:
+                steps = min(steps, int((next_arrival_s - now) / first_s) + 2)
         wanted = steps
         steps, first_taken = alloc.decode_run_room(seq_ids, c, steps)
         # the step that runs short of blocks comes last, with its preemptions (no finish in it)
