@@ -33,9 +33,6 @@ import bisect
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from itertools import accumulate
-
-import numpy as np
 
 from allocators.base import (
     Admission,
@@ -50,6 +47,7 @@ from allocators.base import (
     grow_end,
     refuse_never,
 )
+from allocators.run_sums import RunSums
 
 
 @dataclass(slots=True)
@@ -256,50 +254,36 @@ class PagedAllocator(Allocator):
         """A prefix cache's (cached blocks, free blocks taken before any cached one), or None."""
         return None
 
-    def _run_takes(self, tokens: np.ndarray, steps: int) -> list[int]:
-        """Blocks taken by rounds 1..``steps`` of one-token grows of sequences holding ``tokens``,
-        cumulative: a sequence takes one in the round its next token starts a block."""
-        return run_takes(tokens, self.block_size, steps)
-
-    def decode_run_room(self, seq_ids: Sequence[int], tokens: np.ndarray, steps: int) -> tuple[int, int]:
-        """Of ``steps`` rounds of one-token grows of sequences holding ``tokens``: how many fit
-        in the free blocks, and the blocks the first round takes."""
-        taken = self._run_takes(tokens, steps)
+    def decode_run_room(self, run: RunSums, steps: int) -> tuple[int, int]:
+        """Of ``steps`` rounds of one-token grows of the run's sequences: how many fit in the
+        free blocks, and the blocks the first round takes."""
+        taken = run.takes(steps)
         return bisect.bisect_right(taken, len(self._free)), taken[0] if steps else 0
 
-    def decode_run_books(self, seq_ids: Sequence[int], tokens: np.ndarray, finals: np.ndarray, steps: int,
-                         grown: bool = False) -> tuple:
+    def decode_run_books(self, run: RunSums, steps: int, grown: bool = False) -> tuple:
         """``usage`` (token, reserved, internal, external slots), the per-sequence and distinct
         block counts and the cached slots (None: no prefix cache) after each round of a run, as
         lists over the rounds (as ``_partial_blocks``: one partial block per sequence at most,
         private; shared blocks are full). ``grown``: the rounds' blocks are already taken.
 
-        Summed over the sequences, from the rounds' context and blocks alone: a block-table entry
-        past the shared ones holds its tokens once, so token = context - shared entries x block
-        size; the partial blocks' empty slots (blocks x size - context) are internal where a
-        sequence's final length ends in its current block (that block's tail past the final
-        length), reserved otherwise. ``finals`` are at least each sequence's context after the run."""
-        bs, mask, shift = self.block_size, self._mask, self._shift
-        takes = self._run_takes(tokens, steps)
-        context0, blocks0, n = int(tokens.sum()), int(((tokens + mask) >> shift).sum()), len(tokens)
-        final_block = (finals + mask) >> shift << shift  # the slot past each sequence's final block
-        enters = (final_block - bs + 1 - tokens).tolist()  # the round whose context reaches that block
-        waste = (final_block - finals).tolist()  # the final block's slots no token will fill
-        tail = [0] * (steps + 1)
-        for round_, slots in zip(enters, waste):
-            if round_ <= steps and slots:
-                tail[max(round_, 1) - 1] += slots
+        From the run's sums alone (``RunSums``): a block-table entry past the shared ones holds
+        its tokens once, so token = context - shared entries x block size; the partial blocks'
+        empty slots (blocks x size - context) are internal where a sequence's tokens have
+        reached its final block (that block's tail past the final length), reserved otherwise.
+        The final lengths are at least each sequence's context after the run."""
+        bs = self.block_size
+        takes = run.takes(steps)
+        internal = run.internal(steps)
+        context0, blocks0, n = run.context, run.blocks, len(run)
         # the tables hold a block per block of tokens (``check``), the round's when ``grown``: the
         # entries past the used blocks are the shared ones (``_shared_entries``, without the walk)
         shared = blocks0 + (takes[0] if grown else 0) - self._used_blocks()
         room = self._cache_room()
-        token, reserved, internal, external, blocks = [], [], [], [], []
+        token, reserved, external, blocks = [], [], [], []
         cached = None if room is None else []
-        internal_slots = 0
         for j in range(steps):
             context = context0 + n * (j + 1)
             per_table = blocks0 + takes[j]
-            internal_slots += tail[j]
             free_slots = self.num_slots - (per_table - shared) * bs
             if room is not None:  # a grow takes a free block while there is one, else evicts a cached one
                 num_cached, num_free = room
@@ -307,8 +291,7 @@ class PagedAllocator(Allocator):
                 cached.append(slots)
                 free_slots -= slots
             token.append(context - shared * bs)
-            reserved.append(per_table * bs - context - internal_slots)
-            internal.append(internal_slots)
+            reserved.append(per_table * bs - context - internal[j])
             external.append(free_slots)
             blocks.append((per_table, per_table - shared))
         return token, reserved, internal, external, blocks, cached
@@ -531,11 +514,3 @@ def _empty_split(filled: int, reach: int, block_size: int) -> tuple[int, int]:
     if reach > filled:
         return reach - filled, block_size - reach
     return 0, block_size - filled
-
-
-def run_takes(tokens: np.ndarray, block_size: int, steps: int) -> list[int]:
-    """Blocks taken by rounds 1..``steps`` of one-token grows of sequences holding ``tokens``
-    (cumulative): a sequence takes one in each round its next token starts a block of
-    ``block_size``, so round j's takes are the sequences whose tokens are -(j - 1) modulo it."""
-    at_phase = np.bincount(tokens % block_size, minlength=block_size).tolist()
-    return list(accumulate(at_phase[-j % block_size] for j in range(steps)))

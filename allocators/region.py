@@ -57,6 +57,7 @@ from allocators.base import (
     grow_end,
     next_pow2,
 )
+from allocators.run_sums import RunSums
 
 RESERVE_POLICIES = ("max", "pow2", "pow2-total", "oracle", "double")
 FINAL_LEN_POLICIES = ("pow2", "pow2-total", "oracle")
@@ -240,19 +241,18 @@ class RegionAllocator(Allocator):
         """Whether the ``num_running`` running sequences are all the live ones."""
         return len(self._seqs) == num_running
 
-    def decode_run_room(self, seq_ids: Sequence[int], tokens, steps: int) -> tuple[int, int]:
+    def decode_run_room(self, run: RunSums, steps: int) -> tuple[int, int]:
         """Of ``steps`` rounds of one-token grows: how many fit in the regions (no move), and
         the blocks the first round takes (none)."""
         seqs = self._seqs
-        return min(steps, min([seqs[i].capacity - n for i, n in zip(seq_ids, tokens.tolist())])), 0
+        return min(steps, min([seqs[i].capacity - n for i, n in zip(run.seq_ids, run.tokens.tolist())])), 0
 
-    def decode_run_books(self, seq_ids: Sequence[int], tokens: np.ndarray, finals: np.ndarray, steps: int,
-                         grown: bool = False) -> tuple:
+    def decode_run_books(self, run: RunSums, steps: int, grown: bool = False) -> tuple:
         """``usage`` (token, reserved, internal, external slots) after each round of a run, as
         lists over the rounds; no block counts (regions are not shared), no cache."""
-        caps = np.array([self._seqs[i].capacity for i in seq_ids], dtype=np.int64)
-        held = tokens[:, None] + np.arange(1, steps + 1)
-        fill_to = np.minimum(finals, caps)[:, None]
+        caps = np.array([self._seqs[i].capacity for i in run.seq_ids], dtype=np.int64)
+        held = run.tokens[:, None] + np.arange(1, steps + 1)
+        fill_to = np.minimum(run.finals, caps)[:, None]
         token = held.sum(axis=0)
         reserved = np.where(fill_to > held, fill_to - held, 0).sum(axis=0)
         allocated = sum(seq.capacity for seq in self._seqs.values())

@@ -6,6 +6,7 @@ import pandas as pd
 import pytest
 from hydra import compose, initialize_config_dir
 
+from allocators.run_sums import RunSums
 from kvbench.config.errors import CONF_DIR
 from kvbench.engine import Engine, SchedulerConfig
 from kvbench.run.lifecycle import make_engine
@@ -192,8 +193,40 @@ def test_paged_run_books_are_the_per_sequence_sums(bs):
         for seq_id, held in enumerate(tokens.tolist()):  # each holds its tokens, as a run finds them
             assert alloc.admit(seq_id, [7] * held, 1 << 14).ok
             alloc.grow(seq_id, held)
-        assert alloc.decode_run_books(list(range(n)), tokens, finals, steps) == _books_per_sequence(
-            bs, alloc.num_slots, tokens, finals, steps)
+        run = RunSums(list(range(n)), tokens, finals, bs)
+        assert alloc.decode_run_books(run, steps) == _books_per_sequence(bs, alloc.num_slots, tokens, finals, steps)
+
+
+@pytest.mark.parametrize("bs", [1, 2, 16])
+def test_run_sums_kept_through_rounds_and_drops_are_recomputed_sums(bs):
+    """RunSums moved by rounds, by dropping sequences (finished ones, whose tokens reached their
+    final block, and preempted ones, anywhere) and by inserting admitted ones equal sums gathered
+    afresh from the same sequences: context, blocks, each later round's takes and final-block waste."""
+    rng = np.random.default_rng(100 + bs)
+    for _ in range(60):
+        n = int(rng.integers(1, 30))
+        tokens = rng.integers(1, 5 * bs + 2, size=n)
+        finals = tokens + rng.integers(0, 6 * bs + 3, size=n)
+        kept = RunSums(list(range(n)), tokens, finals, bs)
+        for _ in range(int(rng.integers(1, 6))):
+            room = int((kept.finals - kept.tokens).min()) if len(kept) else 0
+            kept.advance(int(rng.integers(0, room + 1)))
+            if rng.random() < 0.3:  # admitted by a prompt-only step, at their running places
+                m = int(rng.integers(1, 4))
+                at = sorted(rng.choice(len(kept) + m, size=m, replace=False).tolist())
+                held = rng.integers(1, 5 * bs + 2, size=m)
+                kept.insert(at, [1000 + len(kept) + k for k in range(m)], held.tolist(),
+                            (held + rng.integers(0, 6 * bs + 3, size=m)).tolist())
+            elif len(kept):
+                if rng.random() < 0.5:  # preempted: the newest ones, wherever their tokens are
+                    kept.keep_first(int(rng.integers(0, len(kept) + 1)))
+                else:  # finished: those at their final length, and any others at random
+                    done = (kept.tokens == kept.finals) | (rng.random(len(kept)) < 0.2)
+                    kept.keep((~done).tolist())
+            fresh = RunSums(kept.seq_ids, kept.tokens, kept.finals, bs)
+            steps = int(rng.integers(1, 3 * bs + 3))
+            assert (kept.context, kept.blocks, kept.takes(steps)) == (fresh.context, fresh.blocks, fresh.takes(steps))
+            assert kept.internal(steps) == fresh.internal(steps)
 
 
 def test_draw_tokens_at_once_are_the_loops_draws():

@@ -36,9 +36,10 @@ import numpy as np
 
 from allocators.buddy import BuddyAllocator
 from allocators.contiguous import ContiguousAllocator
-from allocators.paged import PagedAllocator, run_takes
+from allocators.paged import PagedAllocator
 from allocators.paged_prefix import PagedPrefixAllocator
 from allocators.radix import RadixAllocator
+from allocators.run_sums import RunSums
 from kvbench.engine.policies import PromptFirstScheduler
 from kvbench.engine.scheduler import Scheduler
 from kvbench.engine.victims import NewestVictim
@@ -66,9 +67,31 @@ class DecodeRuns:
                                 and self.sched.cfg.preemption == "recompute")
         self.state: RunState | None = None  # the running sequences as the last run left them
 
-    def forget(self) -> None:
-        """Called before a general step: it may change any sequence, so the next run gathers afresh."""
-        self.state = None
+    def hold(self) -> RunState | None:
+        """Called before a general step: it may change any sequence, so the next run gathers
+        afresh unless ``resume`` gets back the state returned here."""
+        state, self.state = self.state, None
+        return state
+
+    def resume(self, state: RunState) -> None:
+        """After a prompt-only step (``Scheduler.prompt_step``: the running groups were set aside,
+        untouched): ``state`` holds again, with the groups the step admitted in their running
+        places, where each is one plain decoding sequence and the allocator is ready for runs."""
+        running, old = self.sched.running, state.groups
+        new_at, j = [], 0
+        for i, group in enumerate(running):
+            if j < len(old) and group is old[j]:
+                j += 1
+            else:
+                new_at.append(i)
+        if j < len(old) or not new_at:  # a held group left (it cannot in such a step): gather afresh
+            return
+        admitted = [running[i] for i in new_at]
+        seqs = RunState.plain_seqs(admitted)
+        if seqs is None or not self.alloc.decode_run_ready(len(running)):
+            return
+        state.insert(new_at, admitted, seqs)
+        self.state = state
 
     @classmethod
     def for_engine(cls, engine) -> DecodeRuns | None:
@@ -102,21 +125,21 @@ class DecodeRuns:
                 return 0, now, 0
         if sched.sample_holds.final_lens():
             return 0, now, 0
-        seqs, seq_ids, c = state.seqs, state.seq_ids, state.computed
+        seqs, sums = state.seqs, state.sums
         left = state.left
         steps = left  # the last step may be one in which sequences finish
         if steps_left is not None:
             steps = min(steps, steps_left)
         steps = min(steps, MAX_RUN_STEPS)
         bs = alloc.block_size
-        context0, blocks0 = int(c.sum()), int(((c + bs - 1) // bs).sum())
+        context0, blocks0 = sums.context, sums.blocks
         executor = self.executor
         if next_arrival_s < math.inf:  # no step past the arrival: a step takes at least the first's time
             first_s = executor.decode_run_times(n, [context0], [blocks0], bs)["duration_s"][0]
             if first_s > 0:
                 steps = min(steps, int((next_arrival_s - now) / first_s) + 2)
         wanted = steps
-        steps, first_taken = alloc.decode_run_room(seq_ids, c, steps)
+        steps, first_taken = alloc.decode_run_room(sums, steps)
         # the step that runs short of blocks comes last, with its preemptions (no finish in it)
         short = self.preempts_newest and steps < wanted and steps + 1 < left
         if not (steps > 0 or short) or not self._head_waits(first_taken, n):
@@ -126,7 +149,7 @@ class DecodeRuns:
             return (0, now, 0) if after is None else (1, after, 0)
         t0 = time.perf_counter()
         pairs = [context0 + n * j for j in range(1, steps + 1)]  # context tokens read in each step
-        blocks_read = [blocks0 + taken for taken in run_takes(c, bs, steps)]  # a block more as each one starts
+        blocks_read = [blocks0 + taken for taken in sums.takes(steps)]  # a block more as each one starts
         times = executor.decode_run_times(n, pairs, blocks_read, bs)
         clock = list(accumulate(times["duration_s"], initial=now))  # now += duration, step by step
         # an arrival joins at the first boundary at or after it: the general path takes that step
@@ -134,7 +157,7 @@ class DecodeRuns:
         starts, now, ends = clock[:done], clock[done], clock[1:done + 1]
         if done < steps:
             times = {key: values[:done] for key, values in times.items()}
-        books = alloc.decode_run_books(seq_ids, c, state.finals, done)
+        books = alloc.decode_run_books(sums, done)
         drawn_tokens = executor.draw_tokens(n * done)  # step by step, in chunk order
         emitted = array("d", ends)
         for i, seq in enumerate(seqs):
@@ -142,7 +165,7 @@ class DecodeRuns:
             seq.num_computed += done
             seq.num_generated += done
             seq.token_times.extend(emitted)
-        alloc.grow_decode_run(seq_ids, c.tolist(), done, state.token_lists)
+        alloc.grow_decode_run(sums.seq_ids, sums.tokens.tolist(), done, state.token_lists)
         state.advance(done)
         sched.now = starts[-1]
         sched.sampled_groups = list(running)
@@ -226,12 +249,11 @@ class DecodeRuns:
         seqs = state.seqs
         for seq in seqs:
             seq.num_computed += 1
-        c = state.computed
-        held = c + 1
-        pairs, blocks_read = int(held.sum()), int(((held + mask) >> shift).sum())
+        sums = state.sums
+        pairs, blocks_read = sums.context + n, sums.blocks + sums.takes(1)[0]
         times = self.executor.decode_run_times(n, [pairs], [blocks_read], alloc.block_size)
         after = now + times["duration_s"][0]
-        books = alloc.decode_run_books(state.seq_ids, c, state.finals, 1, grown=True)
+        books = alloc.decode_run_books(sums, 1, grown=True)
         state.advance(1)
         alloc.commit()  # after the step's forward pass on the general path: nothing in between reads the pool
         for seq, token in zip(seqs, self.executor.draw_tokens(n)):
@@ -269,53 +291,74 @@ class DecodeRuns:
 
 class RunState:
     """The running sequences of a run, kept from one run to the next while no general step
-    intervenes: their groups (in running order), sequences, ids and token lists, computed tokens
-    and final lengths (arrays), and tokens left to generate. ``gather`` checks what a run needs
-    once; a run keeps every property it checked (one token to compute each, no shared partial
-    block, the allocator's readiness), so the next run with the same groups need not check again."""
+    intervenes: their groups (in running order), sequences and token lists, their ids, computed
+    tokens and final lengths with the sums the run books read (``RunSums``), and tokens left to
+    generate. ``gather`` checks what a run needs once; a run keeps every property it checked (one
+    token to compute each, no shared partial block, the allocator's readiness), so the next run
+    with the same groups need not check again."""
 
-    __slots__ = ("groups", "seqs", "seq_ids", "token_lists", "computed", "finals", "to_generate", "since", "left")
+    __slots__ = ("groups", "seqs", "token_lists", "sums", "to_generate", "since", "left")
 
-    def __init__(self, groups, seqs, computed: np.ndarray, to_generate: list[int], finals: np.ndarray) -> None:
+    def __init__(self, groups, seqs, sums: RunSums, to_generate: list[int]) -> None:
         self.groups = groups
         self.seqs = seqs
-        self.seq_ids = [s.seq_id for s in seqs]
         self.token_lists = [s.tokens for s in seqs]
-        self.computed = computed
-        self.finals = finals
+        self.sums = sums
         self.to_generate = to_generate  # as gathered: less ``since`` now
         self.since = 0  # steps run since the gather
         self.left = min(to_generate)  # the fewest tokens any of them has left to generate
+
+    @property
+    def seq_ids(self) -> list[int]:
+        return self.sums.seq_ids
+
+    @property
+    def computed(self) -> np.ndarray:
+        return self.sums.tokens
+
+    @staticmethod
+    def plain_seqs(groups) -> list | None:
+        """The groups' sequences if every group is one plain decoding sequence with one token to
+        compute; else None."""
+        seqs = [g.seqs[0] for g in groups if len(g.seqs) == 1 and g.forked and not g.is_beam]
+        if len(seqs) != len(groups) or any([len(s.tokens) - s.num_computed != 1 for s in seqs]):
+            return None
+        return seqs
 
     @classmethod
     def gather(cls, running, alloc) -> RunState | None:
         """The state of ``running`` if every group is one plain decoding sequence with one token to
         compute and the allocator is ready for runs; else None."""
-        n = len(running)
-        seqs = [g.seqs[0] for g in running if len(g.seqs) == 1 and g.forked and not g.is_beam]
-        if len(seqs) != n:
+        seqs = cls.plain_seqs(running)
+        if seqs is None or not alloc.decode_run_ready(len(running)):
             return None
-        computed = [s.num_computed for s in seqs]
-        if any([len(s.tokens) - nc != 1 for s, nc in zip(seqs, computed)]):  # each has one token to compute
-            return None
-        if not alloc.decode_run_ready(n):
-            return None
-        return cls(list(running), seqs, np.array(computed, dtype=np.int64),
-                   [g.output_len - s.num_generated for g, s in zip(running, seqs)],
-                   np.array([g.kv_final_len for g in running], dtype=np.int64))
+        sums = RunSums([s.seq_id for s in seqs], np.array([s.num_computed for s in seqs], dtype=np.int64),
+                       np.array([g.kv_final_len for g in running], dtype=np.int64), alloc.block_size)
+        return cls(list(running), seqs, sums, [g.output_len - s.num_generated for g, s in zip(running, seqs)])
+
+    def insert(self, at: list[int], groups, seqs) -> None:
+        """Add ``groups`` (plain decoding, ``seqs`` their sequences) at running places ``at``, ascending."""
+        since = self.since
+        for i, group, seq in zip(at, groups, seqs):
+            self.groups.insert(i, group)
+            self.seqs.insert(i, seq)
+            self.token_lists.insert(i, seq.tokens)
+            self.to_generate.insert(i, group.output_len - seq.num_generated + since)
+        self.sums.insert(at, [s.seq_id for s in seqs], [s.num_computed for s in seqs], [g.kv_final_len for g in groups])
+        self.left = min(self.to_generate) - since
 
     def advance(self, steps: int) -> None:
         """Every sequence computed and generated ``steps`` more tokens."""
-        self.computed = self.computed + steps
+        self.sums.advance(steps)
         self.since += steps
         self.left -= steps
 
     def keep_first(self, n: int) -> None:
         """Forget all but the first ``n`` sequences (the others were preempted)."""
         if n < len(self.seqs):
-            for name in ("groups", "seqs", "seq_ids", "token_lists", "to_generate"):
+            for name in ("groups", "seqs", "token_lists", "to_generate"):
                 del getattr(self, name)[n:]
-            self.computed, self.finals = self.computed[:n], self.finals[:n]
+            self.sums.keep_first(n)
             self.left = min(self.to_generate) - self.since
 
     def finished(self) -> list[bool]:
@@ -326,10 +369,7 @@ class RunState:
     def drop_finished(self) -> None:
         """Forget the sequences that generated their last token, keeping the order."""
         keep = [k > self.since for k in self.to_generate]
-        self.groups, self.seqs, self.seq_ids, self.token_lists, self.to_generate = (
-            list(compress(items, keep)) for items in (self.groups, self.seqs, self.seq_ids, self.token_lists,
-                                                      self.to_generate))
-        mask = np.array(keep)
-        self.computed = self.computed[mask]
-        self.finals = self.finals[mask]
+        self.groups, self.seqs, self.token_lists, self.to_generate = (
+            list(compress(items, keep)) for items in (self.groups, self.seqs, self.token_lists, self.to_generate))
+        self.sums.keep(keep)
         self.left = min(self.to_generate) - self.since if self.to_generate else 0

@@ -91,6 +91,7 @@ class Engine:
         bs_minus_1 = bs - 1
         counts_blocks = self.allocator.block_counts() is not None  # fixed by the allocator and model
         runs = self.decode_runs
+        kept = None  # the run state held over a general step
         in_flight = lambda: len(sched.waiting) + len(sched.running) + len(sched.swapped)  # noqa: E731
         while next_arrival < len(pending) or sched.has_work():
             while (gate.has_room(in_flight(), now)  # first: the gate sees every step boundary
@@ -112,7 +113,7 @@ class Engine:
                     finished += ended
                     self._queue_released(pending, next_arrival)
                     continue
-                runs.forget()  # the general step may change any running sequence
+                kept = runs.hold()  # the general step may change any running sequence
             t0 = time.perf_counter()
             sched.now = now
             batch = sched.schedule()
@@ -184,6 +185,10 @@ class Engine:
                           running_requests=running_requests,
                           tiers=self._tier_row() if self.tiers is not None else None)
             step += 1
+            if kept is not None:
+                if sched.prompt_step:  # the running groups sat it out: the state holds, plus the admitted
+                    runs.resume(kept)
+                kept = None
             if self.progress is not None:
                 self.progress(finished, now)  # requests done, simulated seconds
             if self.max_steps is not None and step >= self.max_steps:

@@ -46,6 +46,7 @@ class PromptFirstScheduler(Scheduler):
     """Prompt-only steps before decode steps (see module docstring)."""
 
     def schedule(self) -> StepBatch:
+        self.prompt_step = False
         if self.waiting and not self.swapped:
             running, self.running = self.running, []
             self._held_aside = sum([len(group.seqs) for group in running])
@@ -57,6 +58,7 @@ class PromptFirstScheduler(Scheduler):
                 for group in admitted:
                     self._insert_running(group)
             if batch.chunks or batch.copy_ops:
+                self.prompt_step = True
                 return batch
         return self._decode_step()
 

@@ -89,6 +89,8 @@ class _OutOfMemory(Exception):
 
 
 class Scheduler:
+    prompt_step = False  # the last schedule() ran prompts only, the running groups set aside (prompt_first)
+
     def __init__(
         self,
         cfg: SchedulerConfig,
