@@ -42,6 +42,7 @@ from allocators.radix import RadixAllocator
 from allocators.run_sums import RunSums
 from kvbench.engine.policies import PromptFirstScheduler
 from kvbench.engine.scheduler import Scheduler
+from kvbench.engine.sequence import GroupStatus
 from kvbench.engine.victims import NewestVictim
 
 PAGED_RUN_ALLOCATORS = (PagedAllocator, PagedPrefixAllocator, RadixAllocator)  # decode_run_* books, short steps
@@ -74,24 +75,36 @@ class DecodeRuns:
         return state
 
     def resume(self, state: RunState) -> None:
-        """After a prompt-only step (``Scheduler.prompt_step``: the running groups were set aside,
-        untouched): ``state`` holds again, with the groups the step admitted in their running
-        places, where each is one plain decoding sequence and the allocator is ready for runs."""
-        running, old = self.sched.running, state.groups
+        """After a general step, ``state`` holds again where that step left its sequences as a
+        run would: set aside (a prompt-only step, ``Scheduler.prompt_step``) or each decoded one
+        token on the scheduler's plain path, those done finished; the groups the step admitted
+        join at their running places if each is one plain decoding sequence, and the allocator
+        is ready for runs. Else the next run gathers afresh."""
+        sched = self.sched
+        if not sched.prompt_step:
+            if sched.plain_decodes != len(state.groups):
+                return
+            state.advance(1)
+            if [g.status is GroupStatus.FINISHED for g in state.groups] != state.finished():
+                return
+            state.drop_finished()
+        running, old = sched.running, state.groups
         new_at, j = [], 0
         for i, group in enumerate(running):
             if j < len(old) and group is old[j]:
                 j += 1
             else:
                 new_at.append(i)
-        if j < len(old) or not new_at:  # a held group left (it cannot in such a step): gather afresh
+        if j < len(old):  # a held group left (preempted): gather afresh
             return
-        admitted = [running[i] for i in new_at]
-        seqs = RunState.plain_seqs(admitted)
-        if seqs is None or not self.alloc.decode_run_ready(len(running)):
-            return
-        state.insert(new_at, admitted, seqs)
-        self.state = state
+        if new_at:
+            admitted = [running[i] for i in new_at]
+            seqs = RunState.plain_seqs(admitted)
+            if seqs is None:
+                return
+            state.insert(new_at, admitted, seqs)
+        if self.alloc.decode_run_ready(len(running)):
+            self.state = state
 
     @classmethod
     def for_engine(cls, engine) -> DecodeRuns | None:

@@ -186,8 +186,7 @@ class Engine:
                           tiers=self._tier_row() if self.tiers is not None else None)
             step += 1
             if kept is not None:
-                if sched.prompt_step:  # the running groups sat it out: the state holds, plus the admitted
-                    runs.resume(kept)
+                runs.resume(kept)
                 kept = None
             if self.progress is not None:
                 self.progress(finished, now)  # requests done, simulated seconds
