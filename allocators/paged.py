@@ -302,19 +302,22 @@ class PagedAllocator(Allocator):
         return self._refuse(seq_id, prompt, max_len, final_len) is None \
             and ceil_div(len(prompt), self.block_size) > len(self._free) - taken
 
-    def grow_decode_run(self, seq_ids: Sequence[int], tokens: Sequence[int], steps: int,
-                        token_ids: Sequence[Sequence[int]]) -> None:
-        """``steps`` rounds of ``grow_many`` of one token for every sequence, in order, from the
-        state ``decode_run_ready`` accepts; ``tokens``: each one's now (the caller has checked
-        that the free blocks suffice); ``token_ids``: each one's ids, the run's included."""
+    def grow_decode_run(self, run: RunSums, steps: int, token_ids: Sequence[Sequence[int]]) -> None:
+        """``steps`` rounds of ``grow_many`` of one token for every sequence of the run, in order,
+        from the state ``decode_run_ready`` accepts (the caller has checked that the free blocks
+        suffice); ``token_ids``: each one's ids, the run's included. The run keeps the tables
+        grouped by position in their last block (``RunSums.alloc_cache``) while its sequences stay."""
         mask = self._mask
-        by_phase: list[list[_PagedSeq]] = [[] for _ in range(self.block_size)]
-        seqs = [self._seqs[seq_id] for seq_id in seq_ids]
-        for seq, nt in zip(seqs, tokens):
-            by_phase[nt & mask].append(seq)  # these take a block at steps j with (nt + j) % block_size == 0
-        ref = self._ref
-        for j in range(steps):
-            for seq in by_phase[-j & mask]:
+        if run.alloc_cache is None:
+            seqs = [self._seqs[seq_id] for seq_id in run.seq_ids]
+            by_phase: list[list[_PagedSeq]] = [[] for _ in range(self.block_size)]
+            for seq, gathered in zip(seqs, (run.tokens - run.rounds).tolist()):
+                by_phase[gathered & mask].append(seq)  # by position when the run's sums were gathered
+            run.alloc_cache = seqs, by_phase
+        seqs, by_phase = run.alloc_cache
+        ref, since = self._ref, run.rounds
+        for j in range(steps):  # round j + 1: those whose next token starts a block
+            for seq in by_phase[(-j - since) & mask]:
                 block = self._take_block()
                 ref[block] = 1
                 seq.table.append(block)

@@ -54,6 +54,7 @@ from dataclasses import dataclass
 from allocators.base import Admission, AllocatorError, Fit, MemoryUsage, ceil_div
 from allocators.cache_policy import CachePolicy, make_policy
 from allocators.paged import PagedAllocator, _PagedSeq
+from allocators.run_sums import RunSums
 from allocators.tiers import TierStack
 
 ROOT_HASH = 0x5EED_CAFE  # parent hash of a sequence's first block
@@ -409,11 +410,10 @@ class PagedPrefixAllocator(PagedAllocator):
         return self._refuse(seq_id, prompt, max_len, final_len) is None \
             and self._blocks_needed(prompt, self._lookup(prompt)[0]) > len(self._free) - taken
 
-    def grow_decode_run(self, seq_ids: Sequence[int], tokens: Sequence[int], steps: int,
-                        token_ids: Sequence[Sequence[int]]) -> None:
+    def grow_decode_run(self, run: RunSums, steps: int, token_ids: Sequence[Sequence[int]]) -> None:
         """As paged's, round by round: each round's grows, then its commit (the sequences that
         filled a block, hashed in the order the general path's set of them gives)."""
-        mask = self._mask
+        mask, seq_ids, tokens = self._mask, run.seq_ids, run.tokens.tolist()
         seqs = [self._seqs[seq_id] for seq_id in seq_ids]
         by_phase: list[list[tuple[int, _PrefixSeq, int]]] = [[] for _ in range(self.block_size)]
         for seq_id, seq, nt, ids in zip(seq_ids, seqs, tokens, token_ids):

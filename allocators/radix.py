@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 from allocators.base import Admission, AllocatorError, Fit, MemoryUsage, ceil_div
 from allocators.paged import PagedAllocator, _PagedSeq
 from allocators.paged_prefix import eviction_policy
+from allocators.run_sums import RunSums
 
 
 @dataclass(eq=False, slots=True)
@@ -357,13 +358,12 @@ class RadixAllocator(PagedAllocator):
         _, hits = self._match(tokens, (len(tokens) - 1) // self.block_size if tokens else 0)
         return self._blocks_needed(tokens, hits) > len(self._free) - taken
 
-    def grow_decode_run(self, seq_ids: Sequence[int], tokens: Sequence[int], steps: int,
-                        token_ids: Sequence[Sequence[int]]) -> None:
+    def grow_decode_run(self, run: RunSums, steps: int, token_ids: Sequence[Sequence[int]]) -> None:
         """As paged's (a grow short of free blocks evicts as ``_take_block`` does); then the ids
         the rounds computed, and every round's commit: ``computed`` catches up."""
-        super().grow_decode_run(seq_ids, tokens, steps, token_ids)
+        super().grow_decode_run(run, steps, token_ids)
         seqs = self._seqs
-        for seq_id, ids in zip(seq_ids, token_ids):
+        for seq_id, ids in zip(run.seq_ids, token_ids):
             seq = seqs[seq_id]
             known = seq.token_ids
             if seq.ids_known and seq.num_tokens > len(known):

@@ -271,10 +271,9 @@ class RegionAllocator(Allocator):
             return False
         return nblocks <= self._max_region_blocks and not self._has_region(nblocks)
 
-    def grow_decode_run(self, seq_ids: Sequence[int], tokens: Sequence[int], steps: int,
-                        token_ids: Sequence[Sequence[int]]) -> None:
+    def grow_decode_run(self, run: RunSums, steps: int, token_ids: Sequence[Sequence[int]]) -> None:
         """``steps`` rounds of one-token grows, all inside their regions."""
-        for seq_id in seq_ids:
+        for seq_id in run.seq_ids:
             self._seqs[seq_id].num_tokens += steps
 
     def fork(self, parent_id: int, child_id: int, final_len: int | None = None) -> bool:

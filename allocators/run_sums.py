@@ -22,7 +22,7 @@ class RunSums:
     taken by the next rounds) and ``internal`` (final-block slots no token will fill)."""
 
     __slots__ = ("block_size", "seq_ids", "tokens", "finals", "context", "blocks", "rounds",
-                 "_phases", "_enters", "_waste", "_keys", "_cum", "_dropped_waste")
+                 "_phases", "_enters", "_waste", "_keys", "_cum", "_dropped_waste", "alloc_cache")
 
     def __init__(self, seq_ids: Sequence[int], tokens: np.ndarray, finals: np.ndarray, block_size: int) -> None:
         mask, shift = block_size - 1, block_size.bit_length() - 1
@@ -35,6 +35,7 @@ class RunSums:
         self.rounds = 0  # rounds since these sums were gathered
         self._phases = np.bincount(tokens & mask, minlength=block_size).tolist()  # by position at round 0
         self._keys: list[int] | None = None  # the final-block index, built when first read
+        self.alloc_cache = None  # the allocator's own view of these sequences, dropped when they change
 
     def _index_waste(self) -> None:
         """Each sequence's final-block waste by the round (counted from the gather) its tokens
@@ -88,6 +89,7 @@ class RunSums:
     def _drop(self, gone, kept) -> None:
         """Take the sequences at ``gone`` out of the sums and the arrays (``kept``: the others)."""
         mask, shift, since = self.block_size - 1, self.block_size.bit_length() - 1, self.rounds
+        self.alloc_cache = None
         tokens = self.tokens[gone]
         self.context -= int(tokens.sum())
         self.blocks -= int(((tokens + mask) >> shift).sum())
@@ -105,6 +107,7 @@ class RunSums:
     def insert(self, at: list[int], seq_ids: list[int], tokens: list[int], finals: list[int]) -> None:
         """Add sequences at places ``at`` (ascending, in the order after the insertion)."""
         mask, shift, since = self.block_size - 1, self.block_size.bit_length() - 1, self.rounds
+        self.alloc_cache = None
         for i, seq_id, held in zip(at, seq_ids, tokens):
             self.seq_ids.insert(i, seq_id)
             self.context += held

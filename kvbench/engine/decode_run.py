@@ -178,7 +178,7 @@ class DecodeRuns:
             seq.num_computed += done
             seq.num_generated += done
             seq.token_times.extend(emitted)
-        alloc.grow_decode_run(sums.seq_ids, sums.tokens.tolist(), done, state.token_lists)
+        alloc.grow_decode_run(sums, done, state.token_lists)
         state.advance(done)
         sched.now = starts[-1]
         sched.sampled_groups = list(running)
@@ -248,7 +248,7 @@ class DecodeRuns:
                 sched._preempt(running[-1])
             n = len(running)
             state.keep_first(n)
-            alloc.grow_decode_run(state.seq_ids, computed[:n], 1, state.token_lists)
+            alloc.grow_decode_run(state.sums, 1, state.token_lists)
         else:
             grows = [(s.seq_id, s.tokens[-1:]) for s in state.seqs]
             i = 0
