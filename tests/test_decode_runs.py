@@ -1,6 +1,8 @@
 """Decode runs (kvbench/engine/decode_run.py) give the general path's results bit for bit."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -241,3 +243,38 @@ def test_draw_tokens_at_once_are_the_loops_draws():
     for count in (0, 1, DRAWS_AT_ONCE - 1, DRAWS_AT_ONCE, DRAWS_AT_ONCE + 1, 1000, 3):
         assert executor.draw_tokens(count) == [int(twin.random() * executor.vocab_size) for _ in range(count)]
     assert executor._rng.random() == twin.random()  # the generator is where the loop leaves it
+
+
+RUN_VALUE_CASES = {  # each: the runs' values (run by run) and the general steps' values
+    "ints": ([[1, 2], [3]], [4]),
+    "floats": ([[0.5, 1.5], [2.5]], [3.5]),
+    "ints then floats": ([[1, 2], [2.5, 3]], []),
+    "floats then ints": ([[2.5], [1, 2]], [7]),
+    "int runs, float general": ([[1, 2]], [0.5]),
+    "nan among ints": ([[1, math.nan], [3]], [4]),
+    "none after ints": ([[1, 2], [None, 4]], [5]),
+    "none after floats": ([[1.5], [None]], []),
+    "text": ([["a"], [1]], [2]),
+    "general only": ([], [1, 2.5]),
+    "huge int": ([[1], [2 ** 70]], []),
+    "past int64, within uint64": ([[1], [2 ** 63]], []),
+    "huge int in general": ([[1, 2]], [2 ** 70]),
+}
+
+
+@pytest.mark.parametrize("case", list(RUN_VALUE_CASES))
+def test_step_columns_are_typed_as_pandas_infers_them(case):
+    """A step column built from the runs' typed buffers and the general rows has the values and
+    the type pandas gives the same values in step order (a bool would count as an int: no step
+    value is one)."""
+    from kvbench.engine.recorder import RunColumn, _column
+
+    runs, general = RUN_VALUE_CASES[case]
+    column = RunColumn()
+    for values in runs:
+        column.extend(values)
+    run_values = [v for values in runs for v in values]
+    total = len(run_values) + len(general)
+    general_at = np.arange(len(run_values), total)  # the general steps last, as one case of many
+    got = pd.Series(_column(tuple(general), general_at, column, total))
+    pd.testing.assert_series_equal(got, pd.Series(run_values + list(general)))

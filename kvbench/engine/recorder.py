@@ -6,7 +6,7 @@ The serving latency and throughput statistics (vLLM's names and definitions) com
 from __future__ import annotations
 
 import math
-from itertools import chain
+from array import array
 
 import numpy as np
 import pandas as pd
@@ -49,37 +49,78 @@ def _row(index, start_s, duration_s, num_requests, num_seqs, num_tokens, prefill
             copy_slots, attention_s, forward_s, sampling_s, copy_s, swap_s, schedule_s, running_requests)
 
 
-def _column(general: tuple, general_at: np.ndarray, runs: list, total: int) -> np.ndarray | list:
+def _column(general: tuple, general_at: np.ndarray, runs: RunColumn, total: int) -> np.ndarray | list:
     """One step column, the general steps' values at ``general_at`` and the runs' everywhere
     else (in order), typed as pandas would infer it from the values: int64 where all are Python
     ints, float64 where all are Python ints or floats (NaN included), else a list for pandas to
-    infer. numpy builds the first two far faster than pandas guesses them; the runs' values,
-    many, have their types read off numpy's own inference, checked exactly where it is neither."""
-    run_values = np.array(runs) if runs else None
-    if run_values is None:
-        run_types: set = set()
-    elif run_values.dtype == np.int64:
-        run_types = _INT
-    elif run_values.dtype == np.float64:
-        run_types = _INT_OR_FLOAT  # ints and floats, or floats alone: float64 either way
-    else:
-        run_types = set(map(type, runs))
+    infer. numpy builds the first two far faster than pandas guesses them."""
+    run_values, run_types = runs.values()
     types = set(map(type, general)) | run_types
     dtype = np.int64 if types <= _INT else np.float64 if types <= _INT_OR_FLOAT else object
+    try:
+        return _typed_column(general, general_at, run_values, total, dtype)
+    except OverflowError:  # an int past 64 bits: pandas reads the values itself
+        return _typed_column(general, general_at, run_values, total, object)
+
+
+def _typed_column(general, general_at, run_values, total, dtype) -> np.ndarray | list:
     if run_values is None:
         column = np.array(general, dtype=dtype)
     elif not general:
-        column = np.array(runs, dtype=dtype)
+        column = np.array(run_values, dtype=dtype)
     else:
         column = np.empty(total, dtype=dtype)
         in_run = np.ones(total, dtype=bool)
         in_run[general_at] = False
         column[general_at] = np.array(general, dtype=dtype)
-        column[in_run] = run_values if dtype is not object else np.array(runs, dtype=object)
+        column[in_run] = run_values if dtype is not object else np.array(run_values, dtype=object)
     return column if dtype is not object else column.tolist()
 
 
 _INT, _INT_OR_FLOAT = {int}, {int, float}
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
+
+
+class RunColumn:
+    """A step column's values from decode runs, appended run by run into a typed buffer while
+    they allow one: 64-bit ints while every value is an int (a bool is one), doubles while every
+    one is an int or a float (an int joins them exactly, as pandas would cast it; one past 64
+    bits would be rounded, and no step column holds one), a list from the first value of another
+    type on."""
+
+    __slots__ = ("_store", "_types")
+
+    def __init__(self) -> None:
+        self._store = array("q")
+        self._types = _INT
+
+    def extend(self, values: list) -> None:
+        store = self._store
+        size = len(store)
+        try:
+            store.extend(values)
+        except (TypeError, OverflowError):  # the values before the one refused went in: out again
+            del store[size:]
+            self._widen(values)
+
+    def _widen(self, values: list) -> None:
+        if self._types is _INT and all(type(v) is float or (type(v) is int and _INT64_MIN <= v <= _INT64_MAX)
+                                       for v in values):
+            self._store, self._types = array("d", self._store), _INT_OR_FLOAT
+            self._store.extend(values)
+            return
+        if self._types is not None:
+            self._store = self._store.tolist()
+            self._types = None  # read off the values at the end
+        self._store.extend(values)
+
+    def values(self) -> tuple[np.ndarray | list | None, set]:
+        """The values (None: no run) and the set of their types."""
+        if not self._store:
+            return None, set()
+        if self._types is None:
+            return self._store, set(map(type, self._store))
+        return np.frombuffer(self._store, dtype=np.int64 if self._types is _INT else np.float64), self._types
 
 
 class Recorder:
@@ -89,7 +130,7 @@ class Recorder:
     def __init__(self) -> None:
         self._rows: list[tuple] = []
         self._rows_at: list[int] = []  # each general step's row in the log
-        self._runs: list[list[list]] = [[] for _ in STEP_COLUMNS]  # per column, each run's values
+        self._runs = [RunColumn() for _ in STEP_COLUMNS]  # per column, the runs' values
         self._num_steps = 0
         self._groups: list[tuple] = []  # mixed models only: each step's (kind, held, needed) per group
         self._tiers: list[dict[str, int]] = []  # offload tiers only: each step's tier bytes
@@ -163,7 +204,7 @@ class Recorder:
             cached_frac, pairs[:k], token, per_table, distinct, zeros, times["attention_s"], times["forward_s"],
             times["sampling_s"], times["copy_s"], times["swap_s"], [schedule_s] * k, seqs)
         for column, run_values in zip(self._runs, values):
-            column.append(run_values)
+            column.extend(run_values)
         self._num_steps += k
 
     def steps_frame(self) -> pd.DataFrame:
@@ -171,7 +212,7 @@ class Recorder:
             return pd.DataFrame({})
         total, at = self._num_steps, np.array(self._rows_at, dtype=np.int64)
         general = list(zip(*self._rows)) if self._rows else [()] * len(STEP_COLUMNS)
-        columns = {name: _column(values, at, list(chain.from_iterable(runs)), total)
+        columns = {name: _column(values, at, runs, total)
                    for name, values, runs in zip(STEP_COLUMNS, general, self._runs)}
         if self._groups:  # the per-group columns sit after token_slots, as a step's usage lists them
             group_columns: dict[str, list[float]] = {}
