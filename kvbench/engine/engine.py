@@ -36,6 +36,7 @@ class EngineOutput:
     swap_out_slots: int = 0
     swap_in_slots: int = 0
     memmap: dict | None = None  # pool snapshots: time_s [S], category [S, slots] int8, owner [S, slots] int32
+    serving: dict | None = None  # vLLM's serving metrics at the default percentiles, no goodput SLO
 
 
 class Engine:
@@ -195,8 +196,8 @@ class Engine:
         groups += self._unreleased_turns(groups)
         steps = recorder.steps_frame()
         reqs = requests_frame(groups)
-        summary = summarize(steps, reqs, num_preemptions=sched.num_preemptions,
-                            prefix_hit_rate=self.allocator.stats().get("prefix_hit_rate"))
+        summary, serving = summarize(steps, reqs, num_preemptions=sched.num_preemptions,
+                                     prefix_hit_rate=self.allocator.stats().get("prefix_hit_rate"))
         summary |= policy_summary(reqs, sched.cfg)
         outputs = {g.request_id: self._outputs_of(g) for g in groups if g.status is GroupStatus.FINISHED}
         memmap = None
@@ -205,7 +206,7 @@ class Engine:
                       "category": np.stack([c for _, c, _ in self._snapshots]),
                       "owner": np.stack([o for _, _, o in self._snapshots])}
         return EngineOutput(summary, steps, reqs, outputs, sched.num_swapped_out_slots,
-                            sched.num_swapped_in_slots, memmap)
+                            sched.num_swapped_in_slots, memmap, serving)
 
     def _queue_released(self, pending: list[Request], next_arrival: int) -> None:
         """Next turns of conversations finished this step join the arrivals, in arrival order."""

@@ -320,9 +320,10 @@ def block_saving(steps: pd.DataFrame, weights: np.ndarray) -> float | None:
 
 def summarize(steps: pd.DataFrame, requests: pd.DataFrame, *, num_preemptions: int,
               prefix_hit_rate: float | None, percentiles=DEFAULT_PERCENTILES,
-              goodput: dict[str, float] | None = None) -> dict:
+              goodput: dict[str, float] | None = None) -> tuple[dict, dict]:
     """The design's throughput, latency, batching, memory and outcome columns, then vLLM's
-    serving metrics (``kvbench.metrics.serving_metrics``) at these percentiles and SLOs."""
+    serving metrics (``kvbench.metrics.serving_metrics``) at these percentiles and SLOs; and
+    those serving metrics alone (the summary keeps its own value where both name a column)."""
     done = requests[requests["status"] == "finished"] if len(requests) else requests
     out: dict = {}
     if len(done):
@@ -371,4 +372,4 @@ def summarize(steps: pd.DataFrame, requests: pd.DataFrame, *, num_preemptions: i
     out["num_rejected"] = int((requests["status"] == "rejected").sum()) if len(requests) else 0
     out.update(keep_up_columns(requests))
     serving = serving_metrics(requests, duration, percentiles=percentiles, goodput=goodput)
-    return out | {k: v for k, v in serving.items() if k not in out}
+    return out | {k: v for k, v in serving.items() if k not in out}, serving

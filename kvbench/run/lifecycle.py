@@ -15,7 +15,7 @@ from kvbench.engine import Engine, SchedulerConfig
 from kvbench.engine.policies import scheduler_class
 from kvbench.engine.policy_checks import policy_knobs
 from kvbench.engine.swap_space import HostTierSwap
-from kvbench.metrics import parse_goodput, parse_percentiles, serving_metrics
+from kvbench.metrics import DEFAULT_PERCENTILES, parse_goodput, parse_percentiles, serving_metrics
 from kvbench.sim.offload import LoadCost
 from kvbench.results.naming import allocator_label, granularity, hydra_choice
 from kvbench.results.store import write_run
@@ -142,9 +142,10 @@ def _stop_token_ids(cfg: DictConfig, prep: Prepared) -> tuple[int, ...]:
 def _serving(cfg: DictConfig, out) -> dict:
     """vLLM's serving metrics at the configured percentiles and goodput SLOs."""
     metrics = cfg.get("metrics") or {}
-    return serving_metrics(out.requests, out.summary["duration_s"],
-                           percentiles=parse_percentiles(metrics.get("percentiles")),
-                           goodput=parse_goodput(metrics.get("goodput")))
+    percentiles, goodput = parse_percentiles(metrics.get("percentiles")), parse_goodput(metrics.get("goodput"))
+    if percentiles == DEFAULT_PERCENTILES and not goodput and out.serving is not None:
+        return out.serving  # the engine's summary computed these very metrics
+    return serving_metrics(out.requests, out.summary["duration_s"], percentiles=percentiles, goodput=goodput)
 
 
 def _offload_columns(cfg: DictConfig, prep: Prepared, engine: Engine, out) -> dict:
