@@ -272,7 +272,7 @@ def test_step_columns_are_typed_as_pandas_infers_them(case):
     runs, general = RUN_VALUE_CASES[case]
     column = RunColumn()
     for values in runs:
-        column.extend(values)
+        column.append(values)
     run_values = [v for values in runs for v in values]
     total = len(run_values) + len(general)
     general_at = np.arange(len(run_values), total)  # the general steps last, as one case of many

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 from array import array
+from itertools import chain
 
 import numpy as np
 import pandas as pd
@@ -78,49 +79,38 @@ def _typed_column(general, general_at, run_values, total, dtype) -> np.ndarray |
 
 
 _INT, _INT_OR_FLOAT = {int}, {int, float}
-_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 
 
 class RunColumn:
-    """A step column's values from decode runs, appended run by run into a typed buffer while
-    they allow one: 64-bit ints while every value is an int (a bool is one), doubles while every
-    one is an int or a float (an int joins them exactly, as pandas would cast it; one past 64
-    bits would be rounded, and no step column holds one), a list from the first value of another
-    type on."""
+    """A step column's values from decode runs: each run's list, flattened once at the end into
+    64-bit ints where every value is an int (a bool is one), else into doubles where every one
+    is an int or a float (an int joins them exactly, as pandas would cast it; one past 64 bits
+    would be rounded, and no step column holds one), else a list."""
 
-    __slots__ = ("_store", "_types")
+    __slots__ = ("_runs",)
 
     def __init__(self) -> None:
-        self._store = array("q")
-        self._types = _INT
+        self._runs: list[list] = []
 
-    def extend(self, values: list) -> None:
-        store = self._store
-        size = len(store)
-        try:
-            store.extend(values)
-        except (TypeError, OverflowError):  # the values before the one refused went in: out again
-            del store[size:]
-            self._widen(values)
-
-    def _widen(self, values: list) -> None:
-        if self._types is _INT and all(type(v) is float or (type(v) is int and _INT64_MIN <= v <= _INT64_MAX)
-                                       for v in values):
-            self._store, self._types = array("d", self._store), _INT_OR_FLOAT
-            self._store.extend(values)
-            return
-        if self._types is not None:
-            self._store = self._store.tolist()
-            self._types = None  # read off the values at the end
-        self._store.extend(values)
+    def append(self, values: list) -> None:
+        self._runs.append(values)
 
     def values(self) -> tuple[np.ndarray | list | None, set]:
-        """The values (None: no run) and the set of their types."""
-        if not self._store:
+        """The values in order (None: no run) and the set of their types."""
+        if not self._runs:
             return None, set()
-        if self._types is None:
-            return self._store, set(map(type, self._store))
-        return np.frombuffer(self._store, dtype=np.int64 if self._types is _INT else np.float64), self._types
+        try:
+            return np.frombuffer(array("q", chain.from_iterable(self._runs)), dtype=np.int64), _INT
+        except OverflowError:  # an int past 64 bits: pandas reads the values itself
+            flat = list(chain.from_iterable(self._runs))
+            return flat, set(map(type, flat))
+        except TypeError:
+            pass
+        try:
+            return np.frombuffer(array("d", chain.from_iterable(self._runs)), dtype=np.float64), _INT_OR_FLOAT
+        except (TypeError, OverflowError):
+            flat = list(chain.from_iterable(self._runs))
+            return flat, set(map(type, flat))
 
 
 class Recorder:
@@ -204,7 +194,7 @@ class Recorder:
             cached_frac, pairs[:k], token, per_table, distinct, zeros, times["attention_s"], times["forward_s"],
             times["sampling_s"], times["copy_s"], times["swap_s"], [schedule_s] * k, seqs)
         for column, run_values in zip(self._runs, values):
-            column.extend(run_values)
+            column.append(run_values)
         self._num_steps += k
 
     def steps_frame(self) -> pd.DataFrame:
