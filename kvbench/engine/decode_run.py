@@ -4,10 +4,12 @@ Between two events (an arrival, the pool running short, a group to admit) every 
 continuous-batching engine is the same: each running sequence decodes one token. On the
 simulator with ``paged``, ``paged_prefix`` (no tiers), ``radix`` or a region allocator (contiguous, buddy)
 such a run of steps is computed here at once. The running sequences' computed tokens and final
-lengths are arrays (``RunState``, kept from run to run while no general step intervenes); one
-histogram of their positions in their last blocks gives every step's context, blocks read and
-blocks taken, and from those sums the step times and the memory breakdown of each step follow
-step by step (a run is a few steps: per-step sums beat numpy's per-call cost). The
+lengths are arrays (``RunState``, kept from run to run, and held over a general step that sets
+them aside or decodes each one token, with the groups it admitted inserted); the sums the run
+books read (``allocators.run_sums.RunSums``: context, blocks, a histogram of positions in last
+blocks, final-block waste by round) move with rounds, drops and insertions, and from those sums
+the step times and the memory breakdown of each step follow step by step (a run is a few
+steps: per-step sums beat numpy's per-call cost). The
 per-sequence work (tokens, emission times, block tables) is done once per run, not once per
 step. ``paged_prefix`` hashes
 the blocks a run fills round by round, between the grows that may evict cached blocks, as each
