@@ -78,14 +78,17 @@ class DecodeRuns:
 
     def resume(self, state: RunState) -> None:
         """After a general step, ``state`` holds again where that step left its sequences as a
-        run would: set aside (a prompt-only step, ``Scheduler.prompt_step``) or each decoded one
-        token on the scheduler's plain path, those done finished; the groups the step admitted
+        run would: set aside (a prompt-only step, ``Scheduler.prompt_step``), or each computed
+        its one token, those done finished, those preempted gone; the groups the step admitted
         join at their running places if each is one plain decoding sequence, and the allocator
         is ready for runs. Else the next run gathers afresh."""
         sched = self.sched
         if not sched.prompt_step:
-            if sched.plain_decodes != len(state.groups):
-                return
+            left = [g.status is GroupStatus.RUNNING or g.status is GroupStatus.FINISHED for g in state.groups]
+            if not all(left):  # preempted (or rejected) in the step: their sequences are out of the pool
+                state.keep(left)
+            if [s.num_computed for s in state.seqs] != (state.computed + 1).tolist():
+                return  # not every one computed exactly its token
             state.advance(1)
             if [g.status is GroupStatus.FINISHED for g in state.groups] != state.finished():
                 return
@@ -383,7 +386,10 @@ class RunState:
 
     def drop_finished(self) -> None:
         """Forget the sequences that generated their last token, keeping the order."""
-        keep = [k > self.since for k in self.to_generate]
+        self.keep([k > self.since for k in self.to_generate])
+
+    def keep(self, keep: list[bool]) -> None:
+        """Keep the sequences marked True, in order."""
         self.groups, self.seqs, self.token_lists, self.to_generate = (
             list(compress(items, keep)) for items in (self.groups, self.seqs, self.token_lists, self.to_generate))
         self.sums.keep(keep)
