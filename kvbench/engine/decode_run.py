@@ -24,7 +24,8 @@ exclusive group, FCFS order, ``mixed`` or ``prompt_first`` scheduling, no stop t
 waiting head (if any) that the pool cannot take; it stops before the first step that could
 differ: the first with too few free blocks for its grows, the first that starts at or after the
 next arrival, after ``MAX_RUN_STEPS``, and after the step in which sequences finish (which the
-run finishes as ``Engine._process`` would).
+run finishes as ``Engine._process`` would). With ``paged``, ``paged_prefix`` or ``radix``, victim
+``newest`` and recompute, the step short of blocks is taken too, preemptions and finishes included.
 """
 from __future__ import annotations
 
@@ -158,13 +159,13 @@ class DecodeRuns:
                 steps = min(steps, int((next_arrival_s - now) / first_s) + 2)
         wanted = steps
         steps, first_taken = alloc.decode_run_room(sums, steps)
-        # the step that runs short of blocks comes last, with its preemptions (no finish in it)
-        short = self.preempts_newest and steps < wanted and steps + 1 < left
+        # the step that runs short of blocks comes last, with its preemptions and finishes
+        short = self.preempts_newest and steps < wanted and steps < left
         if not (steps > 0 or short) or not self._head_waits(first_taken, n):
             return 0, now, 0
         if steps == 0:
-            after = self._short_step(now, step, recorder, finished)
-            return (0, now, 0) if after is None else (1, after, 0)
+            taken = self._short_step(now, step, recorder, finished)
+            return (0, now, 0) if taken is None else (1, *taken)
         t0 = time.perf_counter()
         pairs = [context0 + n * j for j in range(1, steps + 1)]  # context tokens read in each step
         blocks_read = [blocks0 + taken for taken in sums.takes(steps)]  # a block more as each one starts
@@ -190,37 +191,43 @@ class DecodeRuns:
         sched.plain_decodes = n
         engine = self.engine
         num_running = [n] * done
-        ended = []
-        if done == left:  # the last step's finishers, as _process finishes them: in chunk order
-            ended = list(compress(zip(state.groups, seqs), state.finished()))
-            for group, seq in ended:
-                engine._finish(group, seq.tokens, now)
-            state.drop_finished()
-            num_running[-1] = len(running)
-            blocks = books[4]
-            if blocks is not None:  # the step log counts the blocks left after the finishes
-                blocks[-1] = engine._computed_blocks(blocks_read[done - 1] - sum([-(-s.num_computed // bs) for _, s in ended]))
+        ended = self._finish_last(now, books, blocks_read[done - 1], num_running) if done == left else 0
         recorder.decode_run(first_index=step, starts=starts, times=times, num_seqs=n, pairs=pairs, books=books,
                             num_running=num_running, num_waiting=[len(sched.waiting)] * done,
                             num_preemptions=[sched.num_preemptions] * done, schedule_s=(time.perf_counter() - t0) / done)
         progress = engine.progress
         if progress is not None:
             for j, end in enumerate(ends):
-                progress(finished + (len(ended) if j == done - 1 else 0), end)
+                progress(finished + (ended if j == done - 1 else 0), end)
         if short and done == steps and now < next_arrival_s:
-            after = self._short_step(now, step + done, recorder, finished)
-            if after is not None:
-                done, now = done + 1, after
+            taken = self._short_step(now, step + done, recorder, finished)
+            if taken is not None:
+                done, now, ended = done + 1, taken[0], taken[1]
         self.steps_fast += done
         self.runs += 1
-        return done, now, len(ended)
+        return done, now, ended
 
-    def _short_step(self, now: float, index: int, recorder, finished: int) -> float | None:
+    def _finish_last(self, now: float, books: tuple, blocks_read: int, num_running: list[int]) -> int:
+        """The last step's finishers, as ``Engine._process`` finishes them (in chunk order, at
+        ``now``); the step log's last running count and block counts are after them. Returns how many."""
+        state, engine, bs = self.state, self.engine, self.alloc.block_size
+        ended = list(compress(zip(state.groups, state.seqs), state.finished()))
+        for group, seq in ended:
+            engine._finish(group, seq.tokens, now)
+        state.drop_finished()
+        num_running[-1] = len(self.sched.running)
+        blocks = books[4]
+        if blocks is not None:  # the step log counts the blocks left after the finishes
+            blocks[-1] = engine._computed_blocks(blocks_read - sum([-(-s.num_computed // bs) for _, s in ended]))
+        return len(ended)
+
+    def _short_step(self, now: float, index: int, recorder, finished: int) -> tuple[float, int] | None:
         """The step whose grows run out of blocks, as the scheduler takes it (victim ``newest``,
         recompute): one-token grows in running order; with the pool empty the newest running group
-        is preempted, the grower itself when it is the newest, and the grow retried. Returns the
-        clock after it; None, changing nothing, where a group would be out of memory alone (the
-        general path's exclusive rule)."""
+        is preempted, the grower itself when it is the newest, and the grow retried; then the
+        groups done finish. Returns the clock after it and the groups that finished; None,
+        changing nothing, where a group would be out of memory alone (the general path's
+        exclusive rule)."""
         sched, alloc, state = self.sched, self.alloc, self.state  # the state: advance's, just checked
         running = sched.running
         if type(alloc) is not PagedAllocator:  # paged's runs hold no shared block
@@ -280,12 +287,15 @@ class DecodeRuns:
             seq.token_times.append(after)
         sched.sampled_groups = list(running)
         sched.plain_decodes = n
+        num_running = [n]
+        ended = self._finish_last(after, books, blocks_read, num_running) if state.left <= 0 else 0
         recorder.decode_run(first_index=index, starts=[now], times=times,
-                            num_seqs=n, pairs=[pairs], books=books, num_running=[n], num_waiting=[len(sched.waiting)],
-                            num_preemptions=[sched.num_preemptions], schedule_s=time.perf_counter() - t0)
+                            num_seqs=n, pairs=[pairs], books=books, num_running=num_running,
+                            num_waiting=[len(sched.waiting)], num_preemptions=[sched.num_preemptions],
+                            schedule_s=time.perf_counter() - t0)
         if self.engine.progress is not None:
-            self.engine.progress(finished, after)
-        return after
+            self.engine.progress(finished + ended, after)
+        return after, ended
 
     def _head_waits(self, taken: int, n: int) -> bool:
         """Whether the steps of a run leave the waiting queue as it is: no group is tried, or the
