@@ -456,10 +456,47 @@ class PagedAllocator(Allocator):
         return self.num_blocks - len(self._free)
 
     def usage(self, final_lens: Mapping[int, int]) -> MemoryUsage:
+        return self._usage(*self._partial_blocks(final_lens))
+
+    def _usage(self, partial: int, filled: int, reserved: int, internal: int) -> MemoryUsage:
+        """The breakdown from the partial blocks' counts (``_partial_blocks``): every other used
+        block is full of tokens."""
         used = self._used_blocks()
-        partial, filled, reserved, internal = self._partial_blocks(final_lens)
         token = (used - partial) * self.block_size + filled
         return MemoryUsage(token, reserved, internal, self.num_slots - used * self.block_size)
+
+    def run_usage(self, run: RunSums, others: Mapping[int, int]) -> MemoryUsage | None:
+        """``usage`` where the live sequences are a decode run's, as it holds them (each partial
+        block private, shared blocks full: ``decode_run_ready``), and ``others`` (seq_id -> final
+        length): the run's partial blocks from its sums, the others' one by one. None where
+        another holds more than one partial block or shares its last one (then ``usage``)."""
+        if len(self._seqs) != len(run) + len(others):
+            return None
+        bs, shift, ref, seqs = self.block_size, self._shift, self._ref, self._seqs
+        count = len(run) - run.at_block_start()
+        filled = run.context - bs * (run.blocks - count)
+        internal = run.reached_waste()
+        reserved = count * bs - filled - internal
+        for seq_id, final in others.items():
+            seq = seqs[seq_id]
+            table, nt = seq.table, seq.num_tokens
+            index = nt >> shift
+            if index >= len(table):
+                continue
+            if index != len(table) - 1 or ref[table[index]] != 1:
+                return None
+            base = index << shift
+            held = nt - base
+            reach = final - base
+            reach = 0 if reach < 0 else bs if reach > bs else reach
+            count += 1
+            filled += held
+            if reach > held:
+                reserved += reach - held
+                internal += bs - reach
+            else:
+                internal += bs - held
+        return self._usage(count, filled, reserved, internal)
 
     def block_counts(self) -> tuple[int, int] | None:
         """Every block with a reference belongs to a live sequence's table (cached free blocks of

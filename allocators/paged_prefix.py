@@ -48,7 +48,7 @@ committed blocks while its token ids are known (never more than its full blocks)
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from allocators.base import Admission, AllocatorError, Fit, MemoryUsage, ceil_div
@@ -455,8 +455,8 @@ class PagedPrefixAllocator(PagedAllocator):
         """Free blocks still findable by hash, in eviction order."""
         return [self._hash_to_block[h] for h in self._policy.order()]
 
-    def usage(self, final_lens: Mapping[int, int]) -> MemoryUsage:
-        u = super().usage(final_lens)
+    def _usage(self, partial: int, filled: int, reserved: int, internal: int) -> MemoryUsage:
+        u = super()._usage(partial, filled, reserved, internal)
         cached = self._num_cached * self.block_size
         return MemoryUsage(u.token, u.reserved, u.internal, u.external - cached, cached)
 

@@ -41,7 +41,7 @@ Usage: cached blocks are their own category (``MemoryUsage.cached``), not extern
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from allocators.base import Admission, AllocatorError, Fit, MemoryUsage, ceil_div
@@ -372,8 +372,8 @@ class RadixAllocator(PagedAllocator):
             seq.computed = seq.num_tokens
 
     # -- views -----------------------------------------------------------------------------------
-    def usage(self, final_lens: Mapping[int, int]) -> MemoryUsage:
-        u = super().usage(final_lens)
+    def _usage(self, partial: int, filled: int, reserved: int, internal: int) -> MemoryUsage:
+        u = super()._usage(partial, filled, reserved, internal)
         cached = self._free.cached * self.block_size
         return MemoryUsage(u.token, u.reserved, u.internal, u.external - cached, cached)
 

@@ -66,6 +66,16 @@ class RunSums:
         keys, cum, since, dropped = self._keys, self._cum, self.rounds, self._dropped_waste
         return [cum[bisect.bisect_right(keys, since + j)] - dropped for j in range(1, steps + 1)]
 
+    def at_block_start(self) -> int:
+        """The sequences whose next token starts a block (no partial block now)."""
+        return self._phases[-self.rounds & (self.block_size - 1)]
+
+    def reached_waste(self) -> int:
+        """The empty slots of the final blocks the sequences' tokens have reached now."""
+        if self._keys is None:
+            self._index_waste()
+        return self._cum[bisect.bisect_right(self._keys, self.rounds)] - self._dropped_waste
+
     def advance(self, steps: int) -> None:
         """Every sequence grew by ``steps`` tokens."""
         if steps:
@@ -98,7 +108,7 @@ class RunSums:
         self.tokens, self.finals = self.tokens[kept], self.finals[kept]
         if self._keys is None:
             return
-        if (self._enters[gone] <= since + 1).all():  # each counted in every later round's internal
+        if (self._enters[gone] <= since).all():  # each counted now and in every later round
             self._dropped_waste += int(self._waste[gone].sum())
             self._enters, self._waste = self._enters[kept], self._waste[kept]
         else:

@@ -199,11 +199,46 @@ def test_paged_run_books_are_the_per_sequence_sums(bs):
         assert alloc.decode_run_books(run, steps) == _books_per_sequence(bs, alloc.num_slots, tokens, finals, steps)
 
 
+@pytest.mark.parametrize("bs", [1, 4, 16])
+def test_paged_run_usage_is_usage(bs):
+    """A run's sequences (private partial blocks) and others admitted beside them (some with
+    prefix blocks shared, some mid-prompt with blocks beyond their tokens): ``run_usage`` from the
+    run's sums is ``usage``, or None where another holds more than one partial block."""
+    from allocators.paged_prefix import PagedPrefixAllocator
+
+    rng = np.random.default_rng(bs + 7)
+    answered = 0
+    for trial in range(120):
+        alloc = PagedPrefixAllocator(1 << 15, block_size=bs)
+        n, m = int(rng.integers(0, 12)), int(rng.integers(0, 5))
+        prefix = [int(t) for t in rng.integers(0, 50, size=int(rng.integers(0, 3 * bs)))]
+        finals = {}
+        for seq_id in range(n + m):  # each a shared prefix (some) and its own tokens
+            prompt = (prefix if rng.random() < 0.5 else []) + [1000 * seq_id + k for k in range(int(rng.integers(1, 4 * bs)))]
+            assert alloc.admit(seq_id, prompt, 1 << 13).ok
+            hold = len(prompt) if seq_id < n or rng.random() < 0.7 else int(rng.integers(0, len(prompt)))
+            if hold > alloc.num_tokens(seq_id):
+                alloc.grow(seq_id, hold - alloc.num_tokens(seq_id), prompt[alloc.num_tokens(seq_id):hold])
+            finals[seq_id] = len(prompt) + int(rng.integers(0, 3 * bs))
+        alloc.commit()
+        run_ids = list(range(n))
+        tokens = np.array([alloc.num_tokens(i) for i in run_ids], dtype=np.int64)
+        run = RunSums(run_ids, tokens, np.array([finals[i] for i in run_ids], dtype=np.int64), bs)
+        if not alloc._partials_private():
+            continue
+        got = alloc.run_usage(run, {i: finals[i] for i in range(n, n + m)})
+        if got is not None:
+            answered += 1
+            assert got == alloc.usage(finals)
+    assert answered > 40
+
+
 @pytest.mark.parametrize("bs", [1, 2, 16])
 def test_run_sums_kept_through_rounds_and_drops_are_recomputed_sums(bs):
     """RunSums moved by rounds, by dropping sequences (finished ones, whose tokens reached their
     final block, and preempted ones, anywhere) and by inserting admitted ones equal sums gathered
-    afresh from the same sequences: context, blocks, each later round's takes and final-block waste."""
+    afresh from the same sequences: context, blocks, each later round's takes and final-block
+    waste, and now's sequences at a block start and reached final-block waste."""
     rng = np.random.default_rng(100 + bs)
     for _ in range(60):
         n = int(rng.integers(1, 30))
@@ -229,6 +264,7 @@ def test_run_sums_kept_through_rounds_and_drops_are_recomputed_sums(bs):
             steps = int(rng.integers(1, 3 * bs + 3))
             assert (kept.context, kept.blocks, kept.takes(steps)) == (fresh.context, fresh.blocks, fresh.takes(steps))
             assert kept.internal(steps) == fresh.internal(steps)
+            assert (kept.at_block_start(), kept.reached_waste()) == (fresh.at_block_start(), fresh.reached_waste())
 
 
 def test_draw_tokens_at_once_are_the_loops_draws():

@@ -94,14 +94,9 @@ class DecodeRuns:
             if [g.status is GroupStatus.FINISHED for g in state.groups] != state.finished():
                 return
             state.drop_finished()
-        running, old = sched.running, state.groups
-        new_at, j = [], 0
-        for i, group in enumerate(running):
-            if j < len(old) and group is old[j]:
-                j += 1
-            else:
-                new_at.append(i)
-        if j < len(old):  # a held group left (preempted): gather afresh
+        running = sched.running
+        new_at = self._admitted_at(state)
+        if new_at is None:  # a held group left (preempted): gather afresh
             return
         if new_at:
             admitted = [running[i] for i in new_at]
@@ -111,6 +106,41 @@ class DecodeRuns:
             state.insert(new_at, admitted, seqs)
         if self.alloc.decode_run_ready(len(running)):
             self.state = state
+
+    def _admitted_at(self, state: RunState) -> list[int] | None:
+        """The running places of the groups ``state`` does not hold, the held ones all still
+        running in their order; None where one of those left."""
+        old = state.groups
+        new_at, j = [], 0
+        for i, group in enumerate(self.sched.running):
+            if j < len(old) and group is old[j]:
+                j += 1
+            else:
+                new_at.append(i)
+        return new_at if j == len(old) else None
+
+    def prompt_step_books(self, state: RunState) -> tuple[int, int, object] | None:
+        """For a prompt-only step (the held groups set aside, untouched), after its scheduling:
+        the live sequences' computed tokens and blocks holding them (no sharing) and the
+        allocator's usage, from the held state's sums and the admitted groups' sequences; None
+        where the allocator cannot say so (then the engine's pass over every sequence)."""
+        new_at = self._admitted_at(state)
+        run_usage = getattr(self.alloc, "run_usage", None)
+        if new_at is None or run_usage is None or self.sched.sample_holds.final_lens():
+            return None
+        running, bs = self.sched.running, self.alloc.block_size
+        finals = {}
+        logical = seq_blocks = 0
+        for i in new_at:
+            group = running[i]
+            for seq in group.seqs:
+                finals[seq.seq_id] = group.kv_final_len
+                logical += seq.num_computed
+                seq_blocks += -(-seq.num_computed // bs)
+        usage = run_usage(state.sums, finals)
+        if usage is None:
+            return None
+        return state.sums.context + logical, state.sums.blocks + seq_blocks, usage
 
     @classmethod
     def for_engine(cls, engine) -> DecodeRuns | None:

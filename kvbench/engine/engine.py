@@ -88,8 +88,6 @@ class Engine:
         step = 0
         finished = 0
         gate = ConcurrencyGate(self.max_concurrency)
-        bs = self.allocator.block_size
-        bs_minus_1 = bs - 1
         counts_blocks = self.allocator.block_counts() is not None  # fixed by the allocator and model
         runs = self.decode_runs
         kept = None  # the run state held over a general step
@@ -132,39 +130,14 @@ class Engine:
                     continue
                 sched.reject_head("does not fit in an empty KV pool")
                 continue
-            final_lens: dict[int, int] = {}
-            logical = 0  # slots the live sequences would hold without sharing
-            seq_blocks = 0  # blocks holding a computed token, per sequence (no sharing)
-            if counts_blocks:
-                for g in sched.running:
-                    seqs = g.seqs
-                    if len(seqs) == 1:
-                        s = seqs[0]
-                        final_lens[s.seq_id] = g.kv_final_len
-                        computed = s.num_computed
-                        logical += computed
-                        seq_blocks += (computed + bs_minus_1) // bs
-                        continue
-                    for s in seqs:
-                        final_lens[s.seq_id] = g.kv_final_len
-                        computed = s.num_computed
-                        logical += computed
-                        seq_blocks += (computed + bs_minus_1) // bs
-            else:  # no block counts to record (contiguous allocators): the same pass less the blocks
-                for g in sched.running:
-                    seqs = g.seqs
-                    if len(seqs) == 1:
-                        s = seqs[0]
-                        final_lens[s.seq_id] = g.kv_final_len
-                        logical += s.num_computed
-                        continue
-                    for s in seqs:
-                        final_lens[s.seq_id] = g.kv_final_len
-                        logical += s.num_computed
-            final_lens.update(sched.sample_holds.final_lens())
-            usage = self.allocator.usage(final_lens)
-            if self.memmap_every and step % self.memmap_every == 0:
-                self._snapshot(now, final_lens)
+            books = runs.prompt_step_books(kept) if kept is not None and sched.prompt_step else None
+            if books is not None:  # the held sequences sat the step out: their sums hold
+                logical, seq_blocks, usage = books
+            else:
+                final_lens, logical, seq_blocks = self._live_lens(counts_blocks)
+                usage = self.allocator.usage(final_lens)
+                if self.memmap_every and step % self.memmap_every == 0:
+                    self._snapshot(now, final_lens)
             schedule_s = time.perf_counter() - t0
             if self.tier_copies:  # a backend with real K/V: the host tier's copies ride on the batch
                 batch.tier_copies = self.allocator.take_tier_copies()
@@ -207,6 +180,43 @@ class Engine:
                       "owner": np.stack([o for _, _, o in self._snapshots])}
         return EngineOutput(summary, steps, reqs, outputs, sched.num_swapped_out_slots,
                             sched.num_swapped_in_slots, memmap, serving)
+
+    def _live_lens(self, counts_blocks: bool) -> tuple[dict[int, int], int, int]:
+        """Every live sequence's final length (sample holds' included), the slots they would hold
+        without sharing, and (``counts_blocks``) their blocks holding a computed token."""
+        bs = self.allocator.block_size
+        bs_minus_1 = bs - 1
+        final_lens: dict[int, int] = {}
+        logical = 0  # slots the live sequences would hold without sharing
+        seq_blocks = 0  # blocks holding a computed token, per sequence (no sharing)
+        if counts_blocks:
+            for g in self.scheduler.running:
+                seqs = g.seqs
+                if len(seqs) == 1:
+                    s = seqs[0]
+                    final_lens[s.seq_id] = g.kv_final_len
+                    computed = s.num_computed
+                    logical += computed
+                    seq_blocks += (computed + bs_minus_1) // bs
+                    continue
+                for s in seqs:
+                    final_lens[s.seq_id] = g.kv_final_len
+                    computed = s.num_computed
+                    logical += computed
+                    seq_blocks += (computed + bs_minus_1) // bs
+        else:  # no block counts to record (contiguous allocators): the same pass less the blocks
+            for g in self.scheduler.running:
+                seqs = g.seqs
+                if len(seqs) == 1:
+                    s = seqs[0]
+                    final_lens[s.seq_id] = g.kv_final_len
+                    logical += s.num_computed
+                    continue
+                for s in seqs:
+                    final_lens[s.seq_id] = g.kv_final_len
+                    logical += s.num_computed
+        final_lens.update(self.scheduler.sample_holds.final_lens())
+        return final_lens, logical, seq_blocks
 
     def _queue_released(self, pending: list[Request], next_arrival: int) -> None:
         """Next turns of conversations finished this step join the arrivals, in arrival order."""
