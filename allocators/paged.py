@@ -34,6 +34,8 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from allocators.base import (
     Admission,
     Allocator,
@@ -308,6 +310,15 @@ class PagedAllocator(Allocator):
         suffice); ``token_ids``: each one's ids, the run's included. The run keeps the tables
         grouped by position in their last block (``RunSums.alloc_cache``) while its sequences stay."""
         mask = self._mask
+        if run.alloc_cache is None and steps == 1:  # one round (a step short of blocks): no grouping
+            live, ids, ref = self._seqs, run.seq_ids, self._ref
+            for i in np.flatnonzero((run.tokens & mask) == 0).tolist():  # those whose next token starts a block
+                block = self._take_block()
+                ref[block] = 1
+                live[ids[i]].table.append(block)
+            for seq_id in ids:
+                live[seq_id].num_tokens += 1
+            return
         if run.alloc_cache is None:
             seqs = [self._seqs[seq_id] for seq_id in run.seq_ids]
             by_phase: list[list[_PagedSeq]] = [[] for _ in range(self.block_size)]
@@ -502,6 +513,11 @@ class PagedAllocator(Allocator):
         """Every block with a reference belongs to a live sequence's table (cached free blocks of
         a prefix cache sit in the free queue), so the distinct count is the used-block count."""
         return sum([len(seq.table) for seq in self._seqs.values()]), self._used_blocks()
+
+    def run_block_counts(self, run: RunSums) -> tuple[int, int]:
+        """``block_counts`` where a decode run's sequences are all the live ones: a table holds
+        a block per block of tokens, so the run's block sum is the tables' sum."""
+        return run.blocks, self._used_blocks()
 
     def stats(self) -> dict[str, float | int | None]:
         """``logical_slots``: sum of num_tokens over live sequences (no sharing);

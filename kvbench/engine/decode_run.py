@@ -248,7 +248,8 @@ class DecodeRuns:
         num_running[-1] = len(self.sched.running)
         blocks = books[4]
         if blocks is not None:  # the step log counts the blocks left after the finishes
-            blocks[-1] = engine._computed_blocks(blocks_read - sum([-(-s.num_computed // bs) for _, s in ended]))
+            blocks[-1] = engine._computed_blocks(blocks_read - sum([-(-s.num_computed // bs) for _, s in ended]),
+                                                 self.alloc.run_block_counts(state.sums))
         return len(ended)
 
     def _short_step(self, now: float, index: int, recorder, finished: int) -> tuple[float, int] | None:
@@ -261,17 +262,17 @@ class DecodeRuns:
         sched, alloc, state = self.sched, self.alloc, self.state  # the state: advance's, just checked
         running = sched.running
         if type(alloc) is not PagedAllocator:  # paged's runs hold no shared block
-            per_table, distinct = alloc.block_counts()
+            per_table, distinct = alloc.run_block_counts(state.sums)
             if per_table != distinct:  # prefix hits shared: a preemption may free fewer blocks than it holds
                 return None
         mask, shift = alloc.block_size - 1, alloc.block_size.bit_length() - 1
-        computed = state.computed.tolist()
+        computed = state.computed
+        growers = np.flatnonzero((computed & mask) == 0).tolist()  # the others grow into their last block
+        computed = computed.tolist()
         free, last = alloc.num_free_blocks(), len(running) - 1
-        for i, nt in enumerate(computed):  # a dry run: who is preempted, and never a group alone
+        for i in growers:  # a dry run: who is preempted, and never a group alone
             if i > last:
                 break
-            if nt & mask:
-                continue  # grows into its last block
             while not free:
                 if last == 0:
                     return None
@@ -302,8 +303,6 @@ class DecodeRuns:
             n = len(running)
             state.keep_first(n)  # the preempted groups were the newest
         seqs = state.seqs
-        for seq in seqs:
-            seq.num_computed += 1
         sums = state.sums
         pairs, blocks_read = sums.context + n, sums.blocks + sums.takes(1)[0]
         times = self.executor.decode_run_times(n, [pairs], [blocks_read], alloc.block_size)
@@ -313,6 +312,7 @@ class DecodeRuns:
         alloc.commit()  # after the step's forward pass on the general path: nothing in between reads the pool
         for seq, token in zip(seqs, self.executor.draw_tokens(n)):
             seq.tokens.append(token)
+            seq.num_computed += 1
             seq.num_generated += 1
             seq.token_times.append(after)
         sched.sampled_groups = list(running)

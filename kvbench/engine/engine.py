@@ -224,14 +224,16 @@ class Engine:
             bisect.insort(pending, request, lo=next_arrival, key=lambda r: (r.arrival_s, r.request_id))
         self._released.clear()
 
-    def _computed_blocks(self, per_sequence: int) -> tuple[int, int] | None:
+    def _computed_blocks(self, per_sequence: int, counts: tuple[int, int] | None = None) -> tuple[int, int] | None:
         """The paper's block counts over computed tokens: ``(per_sequence, distinct)`` blocks
         holding at least one computed token, per table and once (``per_sequence``: summed over the
         running sequences by the caller). The allocator counts its tables' blocks, which also hold
         the blocks just taken for this step's new tokens; those are fresh and private (a fork
         shares only computed blocks), so they leave both counts alike:
-        distinct = per_sequence - (allocated per table - allocated distinct)."""
-        counts = self.allocator.block_counts()
+        distinct = per_sequence - (allocated per table - allocated distinct). ``counts``: the
+        allocator's ``block_counts``, where the caller has them."""
+        if counts is None:
+            counts = self.allocator.block_counts()
         if counts is None:
             return None
         return per_sequence, per_sequence - (counts[0] - counts[1])
