@@ -314,3 +314,21 @@ def test_step_columns_are_typed_as_pandas_infers_them(case):
     general_at = np.arange(len(run_values), total)  # the general steps last, as one case of many
     got = pd.Series(_column(tuple(general), general_at, column, total))
     pd.testing.assert_series_equal(got, pd.Series(run_values + list(general)))
+
+
+def test_longest_gaps_are_each_requests_own():
+    """Requests of no, one and several samples, empty and one-token ones among them: each one's
+    longest gap is the largest difference inside one of its samples, never across two."""
+    from kvbench.engine.recorder import longest_gaps
+
+    rng = np.random.default_rng(3)
+    for _ in range(200):
+        streams = [[np.cumsum(rng.exponential(size=int(rng.integers(0, 6)))) + 100 * rng.random()
+                    for _ in range(int(rng.integers(0, 4)))] for _ in range(int(rng.integers(0, 8)))]
+        want = []
+        for request in streams:
+            gaps = [float(np.diff(t).max()) for t in request if len(t) > 1]
+            want.append(max(gaps) if gaps else math.nan)
+        got = longest_gaps(streams)
+        assert len(got) == len(want)
+        assert all((g == w) or (math.isnan(g) and math.isnan(w)) for g, w in zip(got, want))

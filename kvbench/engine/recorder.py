@@ -245,6 +245,7 @@ def sample_token_times(group: Group) -> list[np.ndarray]:
 
 def requests_frame(groups: list[Group]) -> pd.DataFrame:
     rows = []
+    streams = []  # each request's token_times (one array per sample)
     for g in sorted(groups, key=lambda g: g.request_id):
         r = g.request
         finished = g.status is GroupStatus.FINISHED
@@ -253,7 +254,7 @@ def requests_frame(groups: list[Group]) -> pd.DataFrame:
         generated = g.generated_len if finished else r.output_len  # < output_len only for an EOS stop
         tpot = (e2e - ttft) / (generated - 1) if finished and generated > 1 else math.nan
         token_times = sample_token_times(g)
-        itls = np.concatenate([request_itls(t) for t in token_times]) if token_times else np.empty(0)
+        streams.append(token_times)
         rows.append({
             "request_id": r.request_id,
             "status": g.status.value,
@@ -272,13 +273,35 @@ def requests_frame(groups: list[Group]) -> pd.DataFrame:
             "tpot_s": tpot,
             "e2e_s": e2e,
             "normalized_latency_s": e2e / generated if finished else math.nan,
-            "max_itl_s": float(itls.max()) if len(itls) else math.nan,  # the longest stall
+            "max_itl_s": None,  # the longest stall: below, for all requests at once
             "token_times_s": token_times,  # per sample (best beam first): when each output token was emitted
             "priority": r.priority,  # its scheduling class; None where the workload gives none
             "queue_wait_s": g.queue_wait_s,  # seconds queued (waiting or swapped), over all its stays
             "lost_tokens": g.lost_tokens,  # computed tokens its preemptions by recompute discarded
         })
+    for row, longest in zip(rows, longest_gaps(streams)):
+        row["max_itl_s"] = longest
     return pd.DataFrame(rows)
+
+
+def longest_gaps(streams: list[list[np.ndarray]]) -> list[float]:
+    """Each request's longest inter-token gap over its samples' token times (NaN without one):
+    every gap of every request from one difference of all the times, those across two samples
+    dropped."""
+    samples = [t for request in streams for t in request]
+    lengths = np.array([len(t) for t in samples], dtype=np.int64)
+    if not len(samples) or lengths.sum() < 2:
+        return [math.nan] * len(streams)
+    times = np.concatenate(samples).astype(float, copy=False)
+    sample_of = np.repeat(np.arange(len(samples)), lengths)
+    gaps = np.diff(times)[sample_of[1:] == sample_of[:-1]]
+    per_request = np.array([sum([max(len(t) - 1, 0) for t in r]) for r in streams], dtype=np.int64)
+    has = per_request > 0
+    longest = np.full(len(streams), math.nan)
+    if has.any():
+        starts = np.cumsum(per_request) - per_request
+        longest[has] = np.maximum.reduceat(gaps, starts[has])
+    return longest.tolist()
 
 
 def _none_if_nan(x: float) -> float | None:
