@@ -35,6 +35,19 @@ def test_every_config_composes(group, option):
     assert cfg.allocator.name and cfg.model.name and cfg.workload.name
 
 
+@pytest.mark.parametrize("experiment", options("experiment"))
+def test_an_experiments_base_config_sets_a_rate_for_its_duration(experiment):
+    """The pre-check runs an experiment's own config before its sweep sets each job's rate: a
+    Poisson trace of ``duration_s`` needs a finite rate there too, or ``kvbench -m
+    experiment=...`` fails (a replayed trace times its own requests)."""
+    from kvbench.workloads import WORKLOADS
+
+    workload = composed([f"experiment={experiment}"]).workload
+    replays = WORKLOADS[str(workload.name).strip().lower().replace("-", "_")].replays_trace
+    if workload.get("duration_s") is not None and not replays:
+        assert math.isfinite(float(workload.request_rate)), f"{experiment}: duration_s with request_rate inf"
+
+
 def kvbench(*args: str, cwd: Path, timeout: int = 300) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=str(ROOT), WANDB_MODE="offline", WANDB_SILENT="true")
     return subprocess.run([sys.executable, "-m", "kvbench.app", *args], cwd=cwd, env=env,
