@@ -401,8 +401,10 @@ class PagedAllocator(Allocator):
         """Free block ids in the order they will be reused."""
         return list(self._free)
 
-    def _partial_blocks(self, final_lens: Mapping[int, int] | None) -> tuple[int, int, int, int]:
-        """(partial blocks, their computed slots, reserved, internal), each block once.
+    def _partial_blocks(self, final_lens: Mapping[int, int] | None,
+                        seqs: Sequence[tuple[int, _PagedSeq]] | None = None) -> tuple[int, int, int, int]:
+        """(partial blocks, their computed slots, reserved, internal), each block once, over the
+        live sequences (``seqs``: those (id, sequence) pairs only).
 
         A block is partial for a sequence when it lies at or after the block of the sequence's
         next token; every other used block is full for all of its owners (shared blocks are
@@ -412,7 +414,7 @@ class PagedAllocator(Allocator):
         ref = self._ref
         count = filled_total = reserved = internal = 0
         shared: dict[int, list[int]] = {}
-        for seq_id, seq in self._seqs.items():
+        for seq_id, seq in self._seqs.items() if seqs is None else seqs:
             table, nt = seq.table, seq.num_tokens
             if final_lens is None:
                 final = 0
@@ -479,35 +481,16 @@ class PagedAllocator(Allocator):
     def run_usage(self, run: RunSums, others: Mapping[int, int]) -> MemoryUsage | None:
         """``usage`` where the live sequences are a decode run's, as it holds them (each partial
         block private, shared blocks full: ``decode_run_ready``), and ``others`` (seq_id -> final
-        length): the run's partial blocks from its sums, the others' one by one. None where
-        another holds more than one partial block or shares its last one (then ``usage``)."""
+        length): the run's partial blocks from its sums, the others' one by one (none of theirs
+        is a run's: those are private). None where those are not all the live ones."""
         if len(self._seqs) != len(run) + len(others):
             return None
-        bs, shift, ref, seqs = self.block_size, self._shift, self._ref, self._seqs
-        count = len(run) - run.at_block_start()
-        filled = run.context - bs * (run.blocks - count)
-        internal = run.reached_waste()
-        reserved = count * bs - filled - internal
-        for seq_id, final in others.items():
-            seq = seqs[seq_id]
-            table, nt = seq.table, seq.num_tokens
-            index = nt >> shift
-            if index >= len(table):
-                continue
-            if index != len(table) - 1 or ref[table[index]] != 1:
-                return None
-            base = index << shift
-            held = nt - base
-            reach = final - base
-            reach = 0 if reach < 0 else bs if reach > bs else reach
-            count += 1
-            filled += held
-            if reach > held:
-                reserved += reach - held
-                internal += bs - reach
-            else:
-                internal += bs - held
-        return self._usage(count, filled, reserved, internal)
+        count, filled, reserved, internal = self._partial_blocks(others, [(i, self._seqs[i]) for i in others])
+        partial = len(run) - run.at_block_start()
+        run_filled = run.context - self.block_size * (run.blocks - partial)
+        run_internal = run.reached_waste()
+        return self._usage(count + partial, filled + run_filled,
+                           reserved + partial * self.block_size - run_filled - run_internal, internal + run_internal)
 
     def block_counts(self) -> tuple[int, int] | None:
         """Every block with a reference belongs to a live sequence's table (cached free blocks of
