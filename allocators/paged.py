@@ -34,8 +34,6 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-import numpy as np
-
 from allocators.base import (
     Admission,
     Allocator,
@@ -312,7 +310,7 @@ class PagedAllocator(Allocator):
         mask = self._mask
         if run.alloc_cache is None and steps == 1:  # one round (a step short of blocks): no grouping
             live, ids, ref = self._seqs, run.seq_ids, self._ref
-            for i in np.flatnonzero((run.tokens & mask) == 0).tolist():  # those whose next token starts a block
+            for i in [i for i, nt in enumerate(run.tokens_now()) if not nt & mask]:  # those whose next token starts a block
                 block = self._take_block()
                 ref[block] = 1
                 live[ids[i]].table.append(block)
@@ -322,7 +320,7 @@ class PagedAllocator(Allocator):
         if run.alloc_cache is None:
             seqs = [self._seqs[seq_id] for seq_id in run.seq_ids]
             by_phase: list[list[_PagedSeq]] = [[] for _ in range(self.block_size)]
-            for seq, gathered in zip(seqs, (run.tokens - run.rounds).tolist()):
+            for seq, gathered in zip(seqs, run.tokens0):
                 by_phase[gathered & mask].append(seq)  # by position when the run's sums were gathered
             run.alloc_cache = seqs, by_phase
         seqs, by_phase = run.alloc_cache

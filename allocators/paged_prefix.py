@@ -413,7 +413,7 @@ class PagedPrefixAllocator(PagedAllocator):
     def grow_decode_run(self, run: RunSums, steps: int, token_ids: Sequence[Sequence[int]]) -> None:
         """As paged's, round by round: each round's grows, then its commit (the sequences that
         filled a block, hashed in the order the general path's set of them gives)."""
-        mask, seq_ids, tokens = self._mask, run.seq_ids, run.tokens.tolist()
+        mask, seq_ids, tokens = self._mask, run.seq_ids, run.tokens_now()
         seqs = [self._seqs[seq_id] for seq_id in seq_ids]
         by_phase: list[list[tuple[int, _PrefixSeq, int]]] = [[] for _ in range(self.block_size)]
         for seq_id, seq, nt, ids in zip(seq_ids, seqs, tokens, token_ids):

@@ -245,7 +245,7 @@ class RegionAllocator(Allocator):
         """Of ``steps`` rounds of one-token grows: how many fit in the regions (no move), and
         the blocks the first round takes (none)."""
         seqs = self._seqs
-        return min(steps, min([seqs[i].capacity - n for i, n in zip(run.seq_ids, run.tokens.tolist())])), 0
+        return min(steps, min([seqs[i].capacity - n for i, n in zip(run.seq_ids, run.tokens_now())])), 0
 
     def decode_run_books(self, run: RunSums, steps: int, grown: bool = False) -> tuple:
         """``usage`` (token, reserved, internal, external slots) after each round of a run, as

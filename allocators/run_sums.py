@@ -5,7 +5,9 @@ the tokens held grow by the sequences' count a round, a sequence takes a block i
 its next token starts one (a histogram of positions in the last block, which rounds rotate),
 and a sequence's final block has empty slots no token will fill from the round its tokens
 reach that block on. ``RunSums`` keeps those sums from run to run, so a run costs a few
-operations per round, not a pass over the sequences; dropping sequences updates them.
+operations per round, not a pass over the sequences; dropping or adding sequences updates them.
+Plain lists: a run holds a few to a few hundred sequences, where numpy's per-call cost is the
+larger one.
 """
 from __future__ import annotations
 
@@ -21,36 +23,54 @@ class RunSums:
     ``context`` (tokens held), ``blocks`` (blocks a table per sequence holds), ``takes`` (blocks
     taken by the next rounds) and ``internal`` (final-block slots no token will fill)."""
 
-    __slots__ = ("block_size", "seq_ids", "tokens", "finals", "context", "blocks", "rounds",
-                 "_phases", "_enters", "_waste", "_keys", "_cum", "_dropped_waste", "alloc_cache")
+    __slots__ = ("block_size", "seq_ids", "tokens0", "final_lens", "context", "blocks", "rounds",
+                 "_phases", "_keys", "_cum", "_dropped_waste", "alloc_cache")
 
-    def __init__(self, seq_ids: Sequence[int], tokens: np.ndarray, finals: np.ndarray, block_size: int) -> None:
+    def __init__(self, seq_ids: Sequence[int], tokens: Sequence[int], finals: Sequence[int], block_size: int) -> None:
         mask, shift = block_size - 1, block_size.bit_length() - 1
         self.block_size = block_size
         self.seq_ids = list(seq_ids)
-        self.tokens = tokens
-        self.finals = finals
-        self.context = int(tokens.sum())
-        self.blocks = int(((tokens + mask) >> shift).sum())
+        self.tokens0 = _ints(tokens)  # each one's tokens when gathered: now, less ``rounds``
+        self.final_lens = _ints(finals)
+        self.context = sum(self.tokens0)
+        self.blocks = sum([(t + mask) >> shift for t in self.tokens0])
         self.rounds = 0  # rounds since these sums were gathered
-        self._phases = np.bincount(tokens & mask, minlength=block_size).tolist()  # by position at round 0
+        self._phases = [0] * block_size  # sequences by position in their last block when gathered
+        for t in self.tokens0:
+            self._phases[t & mask] += 1
         self._keys: list[int] | None = None  # the final-block index, built when first read
         self.alloc_cache = None  # the allocator's own view of these sequences, dropped when they change
 
-    def _index_waste(self) -> None:
-        """Each sequence's final-block waste by the round (counted from the gather) its tokens
-        reach that block, sorted by round, with prefix sums."""
-        bs = self.block_size
-        final_block = (self.finals + bs - 1) >> (bs.bit_length() - 1) << (bs.bit_length() - 1)
-        self._enters = final_block - bs + 1 - (self.tokens - self.rounds)
-        self._waste = final_block - self.finals  # the final block's slots no token will fill
-        order = np.argsort(self._enters, kind="stable")
-        self._keys = self._enters[order].tolist()
-        self._cum = list(accumulate(self._waste[order].tolist(), initial=0))
-        self._dropped_waste = 0
-
     def __len__(self) -> int:
         return len(self.seq_ids)
+
+    @property
+    def tokens(self) -> np.ndarray:
+        """Each one's tokens held now, as an array."""
+        return np.array(self.tokens0, dtype=np.int64) + self.rounds
+
+    @property
+    def finals(self) -> np.ndarray:
+        return np.array(self.final_lens, dtype=np.int64)
+
+    def tokens_now(self) -> list[int]:
+        """Each one's tokens held now."""
+        rounds = self.rounds
+        return [t + rounds for t in self.tokens0]
+
+    def _enters_and_waste(self, t0: int, final: int) -> tuple[int, int]:
+        """The round (counted from the gather) a sequence's tokens reach its final block, and that
+        block's slots no token will fill."""
+        bs = self.block_size
+        final_block = (final + bs - 1) & -bs
+        return final_block - bs + 1 - t0, final_block - final
+
+    def _index_waste(self) -> None:
+        """The final-block waste sorted by the round each sequence's tokens reach that block, with prefix sums."""
+        entries = sorted(map(self._enters_and_waste, self.tokens0, self.final_lens))
+        self._keys = [enters for enters, _ in entries]
+        self._cum = list(accumulate([waste for _, waste in entries], initial=0))
+        self._dropped_waste = 0
 
     def takes(self, steps: int) -> list[int]:
         """Blocks taken by rounds 1..``steps`` from now, cumulative: round j's are the sequences
@@ -81,49 +101,50 @@ class RunSums:
         if steps:
             self.blocks += self.takes(steps)[-1]
             self.context += len(self.seq_ids) * steps
-            self.tokens = self.tokens + steps
             self.rounds += steps
 
     def keep(self, keep: list[bool]) -> None:
         """Keep the sequences marked True, in order."""
-        kept = np.array(keep, dtype=bool)
-        self._drop(~kept, kept)
-        self.seq_ids = list(compress(self.seq_ids, keep))
+        gone = [not k for k in keep]
+        self._forget(list(compress(self.tokens0, gone)), list(compress(self.final_lens, gone)))
+        self.seq_ids, self.tokens0, self.final_lens = (
+            list(compress(items, keep)) for items in (self.seq_ids, self.tokens0, self.final_lens))
 
     def keep_first(self, n: int) -> None:
         """Keep the first ``n`` sequences."""
         if n < len(self.seq_ids):
-            self._drop(slice(n, None), slice(0, n))
-            del self.seq_ids[n:]
+            self._forget(self.tokens0[n:], self.final_lens[n:])
+            del self.seq_ids[n:], self.tokens0[n:], self.final_lens[n:]
 
-    def _drop(self, gone, kept) -> None:
-        """Take the sequences at ``gone`` out of the sums and the arrays (``kept``: the others)."""
-        mask, shift, since = self.block_size - 1, self.block_size.bit_length() - 1, self.rounds
+    def _forget(self, tokens0: list[int], finals: list[int]) -> None:
+        """Take sequences (their gathered tokens and final lengths) out of the sums."""
         self.alloc_cache = None
-        tokens = self.tokens[gone]
-        self.context -= int(tokens.sum())
-        self.blocks -= int(((tokens + mask) >> shift).sum())
-        for phase in ((tokens - since) & mask).tolist():
-            self._phases[phase] -= 1
-        self.tokens, self.finals = self.tokens[kept], self.finals[kept]
+        mask, shift, since = self.block_size - 1, self.block_size.bit_length() - 1, self.rounds
+        for t0 in tokens0:
+            self.context -= t0 + since
+            self.blocks -= (t0 + since + mask) >> shift
+            self._phases[t0 & mask] -= 1
         if self._keys is None:
             return
-        if (self._enters[gone] <= since).all():  # each counted now and in every later round
-            self._dropped_waste += int(self._waste[gone].sum())
-            self._enters, self._waste = self._enters[kept], self._waste[kept]
+        gone = list(map(self._enters_and_waste, tokens0, finals))
+        if all(enters <= since for enters, _ in gone):  # each counted now and in every later round
+            self._dropped_waste += sum(waste for _, waste in gone)
         else:
-            self._index_waste()
+            self._keys = None  # indexed again when next read
 
     def insert(self, at: list[int], seq_ids: list[int], tokens: list[int], finals: list[int]) -> None:
         """Add sequences at places ``at`` (ascending, in the order after the insertion)."""
         mask, shift, since = self.block_size - 1, self.block_size.bit_length() - 1, self.rounds
         self.alloc_cache = None
-        for i, seq_id, held in zip(at, seq_ids, tokens):
+        for i, seq_id, held, final in zip(at, seq_ids, tokens, finals):
             self.seq_ids.insert(i, seq_id)
+            self.tokens0.insert(i, held - since)
+            self.final_lens.insert(i, final)
             self.context += held
             self.blocks += (held + mask) >> shift
             self._phases[(held - since) & mask] += 1
-        before = [i - k for k, i in enumerate(at)]  # the places in the arrays as they are
-        self.tokens = np.insert(self.tokens, before, tokens)
-        self.finals = np.insert(self.finals, before, finals)
         self._keys = None  # indexed again when next read
+
+
+def _ints(values: Sequence[int]) -> list[int]:
+    return values.tolist() if isinstance(values, np.ndarray) else [int(v) for v in values]

@@ -35,8 +35,6 @@ import time
 from array import array
 from itertools import accumulate, compress
 
-import numpy as np
-
 from allocators.buddy import BuddyAllocator
 from allocators.contiguous import ContiguousAllocator
 from allocators.paged import PagedAllocator
@@ -88,7 +86,7 @@ class DecodeRuns:
             left = [g.status is GroupStatus.RUNNING or g.status is GroupStatus.FINISHED for g in state.groups]
             if not all(left):  # preempted (or rejected) in the step: their sequences are out of the pool
                 state.keep(left)
-            if [s.num_computed for s in state.seqs] != (state.computed + 1).tolist():
+            if [s.num_computed for s in state.seqs] != [t + 1 for t in state.sums.tokens_now()]:
                 return  # not every one computed exactly its token
             state.advance(1)
             if [g.status is GroupStatus.FINISHED for g in state.groups] != state.finished():
@@ -266,9 +264,8 @@ class DecodeRuns:
             if per_table != distinct:  # prefix hits shared: a preemption may free fewer blocks than it holds
                 return None
         mask, shift = alloc.block_size - 1, alloc.block_size.bit_length() - 1
-        computed = state.computed
-        growers = np.flatnonzero((computed & mask) == 0).tolist()  # the others grow into their last block
-        computed = computed.tolist()
+        computed = state.sums.tokens_now()
+        growers = [i for i, nt in enumerate(computed) if not nt & mask]  # the others grow into their last block
         free, last = alloc.num_free_blocks(), len(running) - 1
         for i in growers:  # a dry run: who is preempted, and never a group alone
             if i > last:
@@ -370,10 +367,6 @@ class RunState:
     def seq_ids(self) -> list[int]:
         return self.sums.seq_ids
 
-    @property
-    def computed(self) -> np.ndarray:
-        return self.sums.tokens
-
     @staticmethod
     def plain_seqs(groups) -> list | None:
         """The groups' sequences if every group is one plain decoding sequence with one token to
@@ -390,8 +383,8 @@ class RunState:
         seqs = cls.plain_seqs(running)
         if seqs is None or not alloc.decode_run_ready(len(running)):
             return None
-        sums = RunSums([s.seq_id for s in seqs], np.array([s.num_computed for s in seqs], dtype=np.int64),
-                       np.array([g.kv_final_len for g in running], dtype=np.int64), alloc.block_size)
+        sums = RunSums([s.seq_id for s in seqs], [s.num_computed for s in seqs], [g.kv_final_len for g in running],
+                       alloc.block_size)
         return cls(list(running), seqs, sums, [g.output_len - s.num_generated for g, s in zip(running, seqs)])
 
     def insert(self, at: list[int], groups, seqs) -> None:
