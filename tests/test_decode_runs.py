@@ -52,6 +52,12 @@ SETTINGS = {
                         "engine.kv_cache_bytes=1.6384e9"],
     "contiguous-oracle": ["allocator=contiguous", "allocator.reserve=oracle", "workload=sharegpt",
                           "workload.num_requests=120", "engine.kv_cache_bytes=1.6384e9"],
+    # about 190 running under heavy pressure (the paper's batch study): the state held over steps
+    # that preempt, finish and admit, short steps that finish, prompt steps' books from the sums
+    "crowded-prompt-first": ["allocator=paged", "system=vllm-2023", "workload=alpaca", "workload.request_rate=30",
+                             "workload.duration_s=60", "engine.kv_cache_bytes=1.2884901888e10"],
+    "crowded-mixed": ["allocator=paged_prefix", "workload=alpaca", "workload.request_rate=40",
+                      "workload.duration_s=10", "engine.kv_cache_bytes=1.2884901888e10"],
 }
 
 

@@ -49,6 +49,9 @@ from kvbench.engine.victims import NewestVictim
 PAGED_RUN_ALLOCATORS = (PagedAllocator, PagedPrefixAllocator, RadixAllocator)  # decode_run_* books, short steps
 RUN_ALLOCATORS = (*PAGED_RUN_ALLOCATORS, ContiguousAllocator, BuddyAllocator)
 MAX_RUN_STEPS = 128  # bounds a run's per-step lists; a longer stretch is several runs
+# below this many, gathering the state afresh costs less than checking a held one after a step
+# that decoded them (measured: 35 us against 12 us at 7 sequences; 200 us gathered at 190)
+RESUME_MIN_SEQS = 64
 
 
 class DecodeRuns:
@@ -59,7 +62,7 @@ class DecodeRuns:
         self.sched = engine.scheduler
         self.alloc = engine.allocator  # paged or a region allocator: their decode_run_* books
         self.executor = engine.executor  # the simulator's: decode_run_times, draw_tokens
-        self.steps_fast = 0  # steps taken by runs (read by the decode-path census)
+        self.steps_fast = 0  # steps taken by runs and short steps, not the general path (the decode-path census)
         self.runs = 0
         # paper-era vLLM: each step first tries the waiting prompts alone, then decodes without admitting
         self.prompt_first = isinstance(self.sched, PromptFirstScheduler)
@@ -83,6 +86,8 @@ class DecodeRuns:
         is ready for runs. Else the next run gathers afresh."""
         sched = self.sched
         if not sched.prompt_step:
+            if len(state.groups) < RESUME_MIN_SEQS:
+                return
             left = [g.status is GroupStatus.RUNNING or g.status is GroupStatus.FINISHED for g in state.groups]
             if not all(left):  # preempted (or rejected) in the step: their sequences are out of the pool
                 state.keep(left)
@@ -193,7 +198,10 @@ class DecodeRuns:
             return 0, now, 0
         if steps == 0:
             taken = self._short_step(now, step, recorder, finished)
-            return (0, now, 0) if taken is None else (1, *taken)
+            if taken is None:
+                return 0, now, 0
+            self.steps_fast += 1
+            return 1, *taken
         t0 = time.perf_counter()
         pairs = [context0 + n * j for j in range(1, steps + 1)]  # context tokens read in each step
         blocks_read = [blocks0 + taken for taken in sums.takes(steps)]  # a block more as each one starts
