@@ -39,10 +39,10 @@ Subclasses implement the free-space books: ``_round_blocks``, ``_take_region``,
 from __future__ import annotations
 
 import abc
+import bisect
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-
-import numpy as np
+from itertools import accumulate
 
 from allocators.base import (
     Admission,
@@ -249,15 +249,23 @@ class RegionAllocator(Allocator):
 
     def decode_run_books(self, run: RunSums, steps: int, grown: bool = False) -> tuple:
         """``usage`` (token, reserved, internal, external slots) after each round of a run, as
-        lists over the rounds; no block counts (regions are not shared), no cache."""
-        caps = np.array([self._seqs[i].capacity for i in run.seq_ids], dtype=np.int64)
-        held = run.tokens[:, None] + np.arange(1, steps + 1)
-        fill_to = np.minimum(run.finals, caps)[:, None]
-        token = held.sum(axis=0)
-        reserved = np.where(fill_to > held, fill_to - held, 0).sum(axis=0)
-        allocated = sum(seq.capacity for seq in self._seqs.values())
-        internal = allocated - token - reserved
-        return token.tolist(), reserved.tolist(), internal.tolist(), [self.num_slots - allocated] * steps, None, None
+        lists over the rounds; no block counts (regions are not shared), no cache. A region's
+        reserved slots after round j are its gap to fill (min(final length, capacity) less its
+        tokens now) less j, while positive: summed over the gaps past j, sorted."""
+        seqs = self._seqs
+        gaps = sorted([min(final, seqs[i].capacity) - held
+                       for i, held, final in zip(run.seq_ids, run.tokens_now(), run.final_lens)])
+        largest = list(accumulate(reversed(gaps), initial=0))  # largest[m]: the m largest gaps' sum
+        n, context = len(gaps), run.context
+        allocated = sum(seq.capacity for seq in seqs.values())
+        token, reserved, internal = [], [], []
+        for j in range(1, steps + 1):
+            m = n - bisect.bisect_right(gaps, j)  # regions still short of their fill after round j
+            held, short = context + n * j, largest[m] - j * m
+            token.append(held)
+            reserved.append(short)
+            internal.append(allocated - held - short)
+        return token, reserved, internal, [self.num_slots - allocated] * steps, None, None
 
     def admit_waits(self, seq_id: int, prompt: Sequence[int], max_len: int, final_len: int | None,
                     taken: int) -> bool:

@@ -336,3 +336,27 @@ def test_longest_gaps_are_each_requests_own():
         got = longest_gaps(streams)
         assert len(got) == len(want)
         assert all((g == w) or (math.isnan(g) and math.isnan(w)) for g, w in zip(got, want))
+
+
+@pytest.mark.parametrize("reserve", ["max", "pow2", "oracle"])
+def test_region_run_books_are_the_per_region_sums(reserve):
+    """Regions of every fill (short of, at and past their final length's reach): the run books from
+    the sorted gaps equal each region's reserved slots round by round, summed."""
+    from allocators.contiguous import ContiguousAllocator
+
+    rng = np.random.default_rng(len(reserve))
+    for _ in range(60):
+        alloc = ContiguousAllocator(1 << 16, block_size=16, reserve=reserve, max_model_len=2048)
+        n, steps = int(rng.integers(1, 12)), int(rng.integers(1, 40))
+        tokens = rng.integers(1, 300, size=n)
+        finals = tokens + steps + rng.integers(0, 200, size=n)
+        for seq_id, (held, final) in enumerate(zip(tokens.tolist(), finals.tolist())):
+            assert alloc.admit(seq_id, [3] * held, 2048, final).ok
+            alloc.grow(seq_id, held)
+        caps = np.array([alloc._seqs[i].capacity for i in range(n)])
+        held = tokens[:, None] + np.arange(1, steps + 1)
+        fill = np.minimum(finals, caps)[:, None]
+        want_reserved = np.where(fill > held, fill - held, 0).sum(axis=0).tolist()
+        token, reserved, internal, external, _, _ = alloc.decode_run_books(RunSums(list(range(n)), tokens, finals, 16), steps)
+        assert (token, reserved) == (held.sum(axis=0).tolist(), want_reserved)
+        assert internal == [int(caps.sum()) - t - r for t, r in zip(token, reserved)]
