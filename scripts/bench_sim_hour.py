@@ -1,9 +1,13 @@
 """Engine cost of the simulator per step and per sequence-step, for each allocator.
 
-Two scenarios, OPT-13B on one A100-40GB (``backend=sim``, the modern system):
+Scenarios, OPT-13B on one A100-40GB (``backend=sim``; the modern system unless said):
 
-    hour   a simulated hour of ShareGPT at 2 req/s (``--duration-s`` shortens it);
-    full   full load: ``--full-requests`` (1,000) ShareGPT requests at t=0 in 14,720 slots, block 16.
+    hour     a simulated hour of ShareGPT at 2 req/s (``--duration-s`` shortens it);
+    full     full load: ``--full-requests`` (1,000) ShareGPT requests at t=0 in 14,720 slots, block 16;
+    paper    the paper's rate study: paper-era vLLM (``system=vllm-2023``), 12 GiB of KV, ShareGPT
+             at 2 req/s for ``--duration-s``;
+    crowded  the paper's batch study: paper-era vLLM, 12 GiB, Alpaca at 30 req/s for 10 minutes
+             (about 190 running, preemptions every few steps).
 
 Only ``Engine.run`` is timed (the step loop and the tables it builds), not the config, the
 workload or the files; in CPU time of the process (``time.process_time``), which time spent
@@ -30,6 +34,7 @@ from pathlib import Path
 ALLOCATORS = ["paged", "paged_prefix", "orca-max", "orca-pow2", "orca-oracle", "contiguous"]
 SLOTS_FULL = 14_720
 BYTES_PER_SLOT_OPT13B = 819_200  # 40 layers x 5,120 x 2 (K and V) x 2 bytes
+PAPER_KV_BYTES = 12_884_901_888  # the paper experiments' engine.kv_cache_bytes (12 GiB)
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -41,7 +46,13 @@ def overrides(scenario: str, allocator: str, duration_s: float, full_requests: i
     if scenario == "full":
         return [*common, f"workload.num_requests={full_requests}",
                 f"engine.kv_cache_bytes={SLOTS_FULL * BYTES_PER_SLOT_OPT13B}", "allocator.block_size=16"]
-    raise SystemExit(f"unknown scenario {scenario!r}; allowed: hour, full")
+    paper_era = ["system=vllm-2023", f"engine.kv_cache_bytes={PAPER_KV_BYTES}"]
+    if scenario == "paper":
+        return [*common, *paper_era, "workload.request_rate=2.0", f"workload.duration_s={duration_s}"]
+    if scenario == "crowded":
+        return [*(o for o in common if o != "workload=sharegpt"), *paper_era, "workload=alpaca",
+                "workload.request_rate=30", "workload.duration_s=600"]
+    raise SystemExit(f"unknown scenario {scenario!r}; allowed: hour, full, paper, crowded")
 
 
 def worker(args: argparse.Namespace) -> None:
@@ -114,7 +125,7 @@ def main() -> None:
             raise SystemExit(2)
         trees = {"base": base_dir, "now": REPO}
     try:
-        header = f"{'scenario':<6} {'allocator':<13} {'steps':>8} {'seq-steps':>10}"
+        header = f"{'scenario':<8} {'allocator':<13} {'steps':>8} {'seq-steps':>10}"
         for label in trees:
             header += f" {label + ' us/step':>14} {label + ' us/seq':>12}"
         if args.baseline:
@@ -127,7 +138,7 @@ def main() -> None:
                     for label, tree in trees.items():  # alternating: drift slows both alike
                         runs[label].append(measure(tree, scenario, allocator, args))
                 first = runs["now"][0]
-                line = f"{scenario:<6} {allocator:<13} {first['steps']:>8} {first['seq_steps']:>10}"
+                line = f"{scenario:<8} {allocator:<13} {first['steps']:>8} {first['seq_steps']:>10}"
                 seq_us = {}
                 for label, ms in runs.items():
                     step_us = statistics.median(per_unit(m)[0] for m in ms)
