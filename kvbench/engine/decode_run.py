@@ -371,10 +371,6 @@ class RunState:
         self.since = 0  # steps run since the gather
         self.left = min(to_generate)  # the fewest tokens any of them has left to generate
 
-    @property
-    def seq_ids(self) -> list[int]:
-        return self.sums.seq_ids
-
     @staticmethod
     def plain_seqs(groups) -> list | None:
         """The groups' sequences if every group is one plain decoding sequence with one token to
