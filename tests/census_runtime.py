@@ -310,7 +310,9 @@ INPROCESS_IDS = [c.case_id for c in TRACE_CASES] + list(WANDB_CASES)
 # -- real processes -----------------------------------------------------------------------------
 
 BASE = ["progress=false", "logger=none"]
-LONG = [*BASE, "workload.num_requests=8000"]  # about 4 s: a signal at up to 1.6 s lands mid-run
+# About 20 s, one sequence at a time: a signal at up to 1.6 s lands mid-run however fast the
+# simulator gets (a batched run of 8,000 requests once finished within 3 s).
+LONG = [*BASE, "workload.num_requests=3000", "workload.output_len=1024", "engine.max_num_seqs=1"]
 
 
 def kvbench(root: Path, args: list[str], cwd: Path, extra_path: Path | None = None, **popen) -> subprocess.Popen:

@@ -33,6 +33,9 @@ from kvbench.results.reindex import reindex
 
 ROOT = Path(__file__).resolve().parent.parent
 BASE = ["progress=false", "logger=none", "workload.num_requests=4"]
+# A run that outlasts any wait before a signal by tens of seconds however fast the simulator gets:
+# one sequence at a time, 3,000 x 1,024 decode steps (a large batch once finished before the signal).
+LONG = ["workload.num_requests=3000", "workload.output_len=1024", "engine.max_num_seqs=1", "engine.kv_cache_bytes=2e9"]
 GROUPS = {p.name for p in CONF_DIR.iterdir() if p.is_dir()}
 _COMPOSED: dict[tuple[str, ...], object] = {}
 
@@ -228,7 +231,7 @@ def test_full_disk_mid_run_keeps_nothing_and_says_so(tmp_path):
 @pytest.mark.parametrize("sig,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_interrupt_prints_one_line_and_leaves_no_half_run(tmp_path, sig, code):
     results = tmp_path / "results"
-    proc = kvbench(*with_base(["workload.num_requests=3000", "engine.kv_cache_bytes=2e9"], results), cwd=tmp_path)
+    proc = kvbench(*with_base(LONG, results), cwd=tmp_path)
     deadline = time.time() + 120
     while not list(results.glob("runs/*/*/.running")) and time.time() < deadline:
         time.sleep(0.2)
@@ -272,7 +275,6 @@ def _wait_for(pattern: str, folder: Path, timeout: float = 120) -> None:
 
 
 HF_EOS = ["backend=hf", "model=tiny-llama", "workload.ignore_eos=false"]
-LONG = ["workload.num_requests=3000", "engine.kv_cache_bytes=2e9"]
 JOBLIB = ["-m", "hydra/launcher=joblib", "hydra.launcher.n_jobs=2"]
 GUARD_CASES = {  # name: (arguments, signal or None, the file to wait for under cwd, expected exit)
     "hf-eos-in-cwd": (["hydra.run.dir=.", *HF_EOS], None, None, 2),
