@@ -312,7 +312,8 @@ INPROCESS_IDS = [c.case_id for c in TRACE_CASES] + list(WANDB_CASES)
 BASE = ["progress=false", "logger=none"]
 # About 20 s, one sequence at a time: a signal at up to 1.6 s lands mid-run however fast the
 # simulator gets (a batched run of 8,000 requests once finished within 3 s).
-LONG = [*BASE, "workload.num_requests=3000", "workload.output_len=1024", "engine.max_num_seqs=1"]
+LONG_WORKLOAD = ["workload.num_requests=3000", "workload.output_len=1024", "engine.max_num_seqs=1"]
+LONG = [*BASE, *LONG_WORKLOAD]
 
 
 def kvbench(root: Path, args: list[str], cwd: Path, extra_path: Path | None = None, **popen) -> subprocess.Popen:
@@ -502,7 +503,7 @@ def wandb_interrupted_case(root: Path, tmp: Path, sig: int) -> dict[str, Any]:
     neither the run dir nor a W&B run folder left."""
     logs = tmp / "wandb-logs"
     results = tmp / "results"
-    proc = kvbench(root, ["progress=false", "logger=wandb", f"logger.dir={logs}", "workload.num_requests=400",
+    proc = kvbench(root, ["progress=false", "logger=wandb", f"logger.dir={logs}", *LONG_WORKLOAD,
                           f"results_dir={results}"], tmp / "cwd")
     deadline = time.time() + 120
     while not list(results.glob("runs/*/*/.running")) and proc.poll() is None and time.time() < deadline:
