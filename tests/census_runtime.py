@@ -310,8 +310,8 @@ INPROCESS_IDS = [c.case_id for c in TRACE_CASES] + list(WANDB_CASES)
 # -- real processes -----------------------------------------------------------------------------
 
 BASE = ["progress=false", "logger=none"]
-# About 20 s, one sequence at a time: a signal at up to 1.6 s lands mid-run however fast the
-# simulator gets (a batched run of 8,000 requests once finished within 3 s).
+# About 20 s, one sequence at a time: a signal at up to 6 s lands mid-run (a batched run of 8,000
+# requests came to finish within 3 s).
 LONG_WORKLOAD = ["workload.num_requests=3000", "workload.output_len=1024", "engine.max_num_seqs=1"]
 LONG = [*BASE, *LONG_WORKLOAD]
 
