@@ -310,8 +310,9 @@ INPROCESS_IDS = [c.case_id for c in TRACE_CASES] + list(WANDB_CASES)
 # -- real processes -----------------------------------------------------------------------------
 
 BASE = ["progress=false", "logger=none"]
-# About 20 s, one sequence at a time: a signal at up to 6 s lands mid-run (a batched run of 8,000
-# requests came to finish within 3 s).
+# A run that outlasts any wait before a signal (21 s measured; the signal tests wait up to 6 s): one
+# sequence at a time, 3,000 x 1,024 decode steps (a batched run of 8,000 requests came to finish
+# within 3 s).
 LONG_WORKLOAD = ["workload.num_requests=3000", "workload.output_len=1024", "engine.max_num_seqs=1"]
 LONG = [*BASE, *LONG_WORKLOAD]
 

@@ -22,6 +22,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import OmegaConf, open_dict
 
 import reliability_cases as rc
+from census_runtime import LONG_WORKLOAD
 import kvbench.results.reindex as reindex_mod
 from kvbench.results import store as results_mod
 from kvbench.run.prepare import _errors
@@ -33,9 +34,7 @@ from kvbench.results.reindex import reindex
 
 ROOT = Path(__file__).resolve().parent.parent
 BASE = ["progress=false", "logger=none", "workload.num_requests=4"]
-# A run that outlasts any wait before a signal by many seconds (21 s measured): one sequence at a
-# time, 3,000 x 1,024 decode steps (a batch of 3,000 requests came to finish before the signal).
-LONG = ["workload.num_requests=3000", "workload.output_len=1024", "engine.max_num_seqs=1", "engine.kv_cache_bytes=2e9"]
+LONG = [*LONG_WORKLOAD, "engine.kv_cache_bytes=2e9"]  # outlasts any wait before a signal (census_runtime)
 GROUPS = {p.name for p in CONF_DIR.iterdir() if p.is_dir()}
 _COMPOSED: dict[tuple[str, ...], object] = {}
 
