@@ -37,7 +37,9 @@ LATER_SUMMARY = ("policy", "preemption_victim", "keep_arrival_order", "aging_bou
                  "sharing_saving_block_frac", "served_frac", "ttft_growth",
                  # issue 35: memory per layer group of a mixed model (null on these uniform runs; tests/test_group_memory.py)
                  *(f"mem_{kind}{part}_frac" for kind in ("full", "window", "chunked", "state") for part in ("", "_needed")),
-                 "mem_needed_frac")
+                 "mem_needed_frac",
+                 # issue 53: the workload's seed as used (the run's seed unless set; tests/test_seeds.py)
+                 "workload_seed")
 LATER_SUMMARY_PREFIXES = ("prio",)
 # issue 34's offload columns, in every summary since (tests/test_offload.py pins them)
 LATER_OFFLOAD_PREFIXES = ("offload", "tier_")

@@ -25,6 +25,8 @@ from collections.abc import Iterable, Sequence
 import pandas as pd
 
 SEED_COLUMN = "seed"
+# the seeds a run used besides the run's own (``workload_seed``: kvbench.config.seeds.seeds_used)
+SEED_SUFFIX = "_seed"
 # who a run is and where it came from: never a setting
 RUN_IDENTITY_COLUMNS: tuple[str, ...] = ("run_id", "run_dir", "commit", "tree_clean", "overrides", "nonfinite",
                                          "wall_s")
@@ -70,10 +72,15 @@ def is_setting(column: str) -> bool:
     return column not in METRIC_COLUMNS and not column.endswith(METRIC_SUFFIXES) and not METRIC_PATTERN.match(column)
 
 
+def is_seed(column: str) -> bool:
+    """Whether ``column`` is a seed the run used: the repeat axis, never averaged over as a setting."""
+    return column == SEED_COLUMN or column.endswith(SEED_SUFFIX)
+
+
 def setting_columns(frame: pd.DataFrame, ignore: Iterable[str] = ()) -> list[str]:
-    """The frame's setting columns other than the seed and those in ``ignore``, in frame order."""
-    skip = {SEED_COLUMN, *ignore}
-    return [c for c in frame.columns if c not in skip and is_setting(str(c))]
+    """The frame's setting columns other than the seeds and those in ``ignore``, in frame order."""
+    skip = set(ignore)
+    return [c for c in frame.columns if c not in skip and not is_seed(str(c)) and is_setting(str(c))]
 
 
 def value_key(value: object) -> object:

@@ -71,7 +71,7 @@ MEM_COLUMNS: tuple[str, ...] = (
 
 # Integer columns: read back as nullable Int64 so a null does not turn them into floats.
 INTEGER_COLUMNS: tuple[str, ...] = (
-    "block_size", "num_requests", "kv_slots", "kv_bytes", "seed", "max_batch_size",
+    "block_size", "num_requests", "kv_slots", "kv_bytes", "seed", "workload_seed", "max_batch_size",
     "num_preemptions", "num_finished", "num_rejected",
 )  # fmt: skip
 

@@ -10,6 +10,7 @@ import numpy as np
 from omegaconf import DictConfig
 
 from kvbench.config.errors import ConfigError
+from kvbench.config.seeds import seeds_used
 from kvbench.config.spec import RunSpec
 from kvbench.engine import Engine, SchedulerConfig
 from kvbench.engine.policies import scheduler_class
@@ -46,7 +47,7 @@ def _identity(cfg: DictConfig, prep: Prepared, run_id: str) -> dict:
         "num_requests": prep.workload.meta.get("num_turns", len(prep.workload.requests)),  # multiturn: turns
         "kv_slots": prep.num_slots,
         "kv_bytes": prep.kv_bytes,
-        "seed": int(cfg.seed),
+        **seeds_used(cfg),  # seed, workload_seed: the seeds the run used (kvbench.config.seeds)
     }
 
 

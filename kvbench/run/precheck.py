@@ -17,6 +17,7 @@ from omegaconf import DictConfig
 from kvbench.config.conflicts import check_conflicts
 from kvbench.config.errors import ConfigError
 from kvbench.config.compose import validate
+from kvbench.config.seeds import resolve_seeds
 from kvbench.config.spec import RunSpec, model_geometry
 from kvbench.config.knob_types import check_knob_types, group_overrides, where_key_lives
 from kvbench.config.source import hydra_source
@@ -67,6 +68,7 @@ def check_job(cfg: DictConfig) -> RunSpec | None:
     """Every check of one composed job that needs no model weights: raises a kvbench error. Returns
     the run spec it built, for the job to hand on (None on hf without engine.kv_cache_bytes: the
     default pool needs the device's free memory, which ``prepare`` reads)."""
+    resolve_seeds(cfg)
     validate(cfg)
     check_results_dir(Path(cfg.results_dir))
     if cfg.backend.name == "sim":

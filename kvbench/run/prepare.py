@@ -9,6 +9,7 @@ from omegaconf import DictConfig, OmegaConf
 from allocators import AllocatorError, build as build_allocator
 from kvbench.config.errors import ConfigError
 from kvbench.config.compose import validate
+from kvbench.config.seeds import resolve_seeds
 from kvbench.config.spec import RunSpec, model_geometry, pool_slots, scheduler_limits, workload_summary
 from kvbench.engine.policy_checks import check_priorities
 from kvbench.geometry import KVGeometry
@@ -125,6 +126,7 @@ def _window_knob(cfg: DictConfig, geometry: KVGeometry, knobs: dict) -> None:
 def prepare(cfg: DictConfig, spec: RunSpec | None = None) -> Prepared:
     """Everything a run needs, built and checked; raises a kvbench error on bad input. ``spec``:
     the job's run spec when its checks built it already (``check_job``), else built here."""
+    resolve_seeds(cfg)
     validate(cfg)
     spec = spec if spec is not None else run_spec(cfg)
     allocator = _allocator(cfg, spec)

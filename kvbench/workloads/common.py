@@ -65,7 +65,7 @@ COMMON_DEFAULTS: dict[str, Any] = {
     "n": 1,  # parallel samples per request
     "beam_width": 1,
     "ignore_eos": True,  # read by the engine (kvbench.app), not the builders: stop samples at EOS when false
-    "seed": 0,
+    "seed": None,  # null: the run's seed (kvbench.config.seeds fills it in); a direct build without one: 0
     "repeat": False,  # data workloads: allow drawing each pair more than MAX_REUSE times on average
     "duration_s": None,  # if set: generate arrivals until duration_s; num_requests is ignored
     "max_concurrency": None,  # read by the engine (kvbench.app): at most this many requests in flight
@@ -138,6 +138,15 @@ class Knobs:
         return value
 
 
+DEFAULT_SEED = 0  # conf/config.yaml's seed: what a null workload.seed means outside a run
+
+
+def _seed(knobs: Knobs) -> int:
+    """``workload.seed``; null (a build outside a run, which fills it with the run's seed) is DEFAULT_SEED."""
+    seed = knobs.get_int("seed", min_value=0, optional=True)
+    return DEFAULT_SEED if seed is None else seed
+
+
 @dataclass(frozen=True)
 class CommonKnobs:
     num_requests: int | None
@@ -165,7 +174,7 @@ class CommonKnobs:
             burstiness=knobs.get_float("burstiness", positive=True),
             n=knobs.get_int("n", min_value=1),
             beam_width=knobs.get_int("beam_width", min_value=1),
-            seed=knobs.get_int("seed", min_value=0),
+            seed=_seed(knobs),
             duration_s=duration,
         )
 
@@ -178,7 +187,7 @@ class CommonKnobs:
             burstiness=math.nan,
             n=knobs.get_int("n", min_value=1),
             beam_width=knobs.get_int("beam_width", min_value=1),
-            seed=knobs.get_int("seed", min_value=0),
+            seed=_seed(knobs),
             duration_s=knobs.get_float("duration_s", positive=True, optional=True),
         )
 
