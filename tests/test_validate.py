@@ -288,12 +288,12 @@ def test_fit_ops_dir_writes_a_usable_profile_with_its_held_out_error(tmp_path, c
 
 
 def test_fit_ops_dir_refuses_a_bad_table_in_one_line_and_writes_nothing(tmp_path, capsys):
-    tables, out = tmp_path / "tables", tmp_path / "p.yaml"
+    tables, out = tmp_path / "tables", tmp_path / "my-h100.yaml"
     (tables / "m").mkdir(parents=True)
     (tables / "m" / "mlp.csv").write_text("num_tokens,n_head\n1,32\n")
     assert main(["--fit-ops", str(tables), "--out", str(out), *SPEC]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.count("\n") == 0 and "lacks column" in err and "mlp.csv" in err
+    assert err.count("\n") == 0 and "no column 'n_kv_head'" in err and "mlp.csv" in err
     assert not out.exists() and list(tmp_path.iterdir()) == [tables]
     assert main(["--fit-ops", str(tmp_path / "none"), "--out", str(out), *SPEC]) == 2
     assert "is not a directory" in capsys.readouterr().err

@@ -94,7 +94,13 @@ RULES: list[Rule] = [
     # GPU profile (sim backend)
     Rule("gpu.memory_bytes", "number", above=0, high=PIB, when=_sim),
     *(Rule(f"gpu.{key}", "number", above=0, high=1e18, when=_sim)
-      for key in ("peak_flops", "peak_flops_fp32", "mem_bandwidth", "interconnect_bandwidth", "host_bandwidth")),
+      for key in ("peak_flops", "mem_bandwidth", "host_bandwidth")),
+    # read only where the cost model needs them (CostParams.from_configs): the fp32 peak by a
+    # float32 model, the link by tensor parallelism, which falls back to host_bandwidth without it
+    Rule("gpu.peak_flops_fp32", "number", above=0, high=1e18,
+         when=lambda cfg: _sim(cfg) and (_has("gpu.peak_flops_fp32")(cfg) or _select(cfg, "model.dtype") == "float32")),
+    Rule("gpu.interconnect_bandwidth", "number", above=0, high=1e18,
+         when=lambda cfg: _sim(cfg) and _has("gpu.interconnect_bandwidth")(cfg)),
     Rule("gpu.count", "int", low=1, high=4096, when=_sim),
     # cost-model operator constants a GPU profile may set (kvbench/sim/operators.py)
     *(Rule(f"gpu.{key}", "number", above=0, high=1, when=lambda cfg, k=key: _sim(cfg) and _has(f"gpu.{k}")(cfg))

@@ -261,45 +261,83 @@ def fit_user_profile(args) -> int:
                                         ("--host-bandwidth", args.host_bandwidth)) if value is None]
     if missing:
         return fail(prog, f"--fit-ops DIR needs the GPU's spec figures: {', '.join(missing)} missing")
-    if args.out.exists() and not args.force:
-        return fail(prog, f"--out {args.out} exists; pass --force to replace it")
-    if not args.out.parent.is_dir():
-        return fail(prog, f"--out {args.out}: folder {args.out.parent} does not exist")
-    try:
-        groups = fit_profile.read_tables(Path(args.fit_ops), args.name)
-    except fit_profile.TableError as exc:
-        return fail(prog, str(exc))
+    problem = fit_profile.name_problem(args.name)
+    if problem:
+        return fail(prog, f"--name {args.name!r} cannot be a Hydra config name: {problem}")
+    problem = fit_profile.out_problem(args.out, args.name, args.force)
+    if problem:
+        return fail(prog, problem)
     spec = fit_profile.Spec(args.name, args.peak_flops, args.mem_bandwidth, args.memory_bytes, args.host_bandwidth,
                             args.interconnect_bandwidth, args.peak_flops_fp32)
-    text = fit_profile.fit_profile(groups, spec, args.op_model, str(args.fit_ops))
+    try:
+        tables = fit_profile.read_tables(Path(args.fit_ops), args.name, args.strict)
+        for line in tables.skipped:
+            print(f"{prog}: left out of the fit: {line}", file=sys.stderr)
+        text = fit_profile.fit_profile(tables, spec, args.op_model or "fixed_floor", str(args.fit_ops))
+    except fit_profile.TableError as exc:
+        for line in exc.problems:
+            print(f"{prog}: error: {line}", file=sys.stderr)
+        return fail(prog, str(exc))
+    problem = fit_profile.out_problem(args.out, args.name, args.force)  # the fit takes a while: look again
+    if problem:
+        return fail(prog, problem)
     fit_profile.write_atomic(args.out, text)
     print(text, end="")
     print(f"written: {args.out}")
     return 0
 
 
+# Each option acts in some of the three modes; given in another, it is refused, never ignored
+FIT_DIR, FIT, REPORT = "--fit-ops DIR", "--fit", "the report (no --fit, no --fit-ops DIR)"
+ACTS_IN: dict[str, tuple[str, ...]] = {
+    "out": (FIT_DIR,), "force": (FIT_DIR,), "op_model": (FIT_DIR,), "name": (FIT_DIR,), "strict": (FIT_DIR,),
+    **{key: (FIT_DIR,) for key in ("peak_flops", "mem_bandwidth", "memory_bytes", "host_bandwidth",
+                                   "interconnect_bandwidth", "peak_flops_fp32")},
+    "file": (FIT, REPORT), "held_out": (REPORT,), "points": (REPORT,), "fit": (FIT,),
+}
+
+
+def idle_option(args) -> str | None:
+    """The one line refusing an option given where it does nothing, or None."""
+    mode = FIT_DIR if args.fit_ops else FIT if args.fit else REPORT
+    if args.fit_ops == "" and mode != REPORT:  # bare --fit-ops: the shipped GPUs' refit, in the report
+        return f"--fit-ops without DIR does nothing with {mode}; it acts in {REPORT}"
+    for key, modes in ACTS_IN.items():
+        value = getattr(args, key)
+        if value not in (None, False) and mode not in modes:
+            return f"--{key.replace('_', '-')} does nothing with {mode}; it acts with {' or '.join(modes)}"
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = OneLineParser(prog="kvbench-validate", description=__doc__.splitlines()[0])
-    parser.add_argument("--file", type=Path, default=MEASUREMENTS, help="end-to-end measurements CSV")
+    parser.add_argument("--file", type=Path, help=f"end-to-end measurements CSV (default {MEASUREMENTS.name})")
     parser.add_argument("--fit", action="store_true", help="refit FIT_KEYS on the single-GPU end-to-end rows")
     parser.add_argument("--fit-ops", nargs="?", const="", default=None, metavar="DIR",
                         help="refit the operator and all-reduce constants; with DIR, fit a GPU profile on the "
-                             "measured tables (Vidur CSV format) under DIR and write it to --out")
-    parser.add_argument("--out", type=Path, help="--fit-ops DIR: the profile YAML to write")
+                             "measured tables (Vidur CSV format) under DIR, links to folders followed, and write it "
+                             "to --out (NAME.yaml); a bad table is one line on stderr and left out")
+    parser.add_argument("--out", type=Path, help="--fit-ops DIR: the profile YAML to write, NAME.yaml")
     parser.add_argument("--force", action="store_true", help="--fit-ops DIR: replace an existing --out")
-    parser.add_argument("--op-model", choices=list(OP_MODELS), default="fixed_floor",
-                        help="--fit-ops DIR: the op_model the written profile selects")
+    parser.add_argument("--strict", action="store_true",
+                        help="--fit-ops DIR: refuse (exit 2, nothing written) if any table or row is bad")
+    parser.add_argument("--op-model", choices=list(OP_MODELS), default=None,
+                        help="--fit-ops DIR: the op_model the written profile selects (default fixed_floor)")
     for flag in ("--peak-flops", "--mem-bandwidth", "--memory-bytes", "--host-bandwidth", "--interconnect-bandwidth",
                  "--peak-flops-fp32"):
         parser.add_argument(flag, type=finite_positive, help="--fit-ops DIR: the GPU's spec figure (profile key)")
-    parser.add_argument("--name", help="--fit-ops DIR: the profile's name")
+    parser.add_argument("--name", help="--fit-ops DIR: the profile's name (gpu=NAME selects it)")
     parser.add_argument("--held-out", action="store_true", help="leave-one-model-out and leave-one-TP-out errors")
     parser.add_argument("--points", action="store_true", help="print every end-to-end point")
     args = parser.parse_args(argv)
+    idle = idle_option(args)
+    if idle:
+        return fail("kvbench-validate", idle)
     if args.fit_ops:
         return fit_user_profile(args)
+    file = args.file or MEASUREMENTS
     try:
-        points = check_points(read_points(args.file), args.file, GPT_MODELS, fit_keys=len(FIT_KEYS) if args.fit else 0)
+        points = check_points(read_points(file), file, GPT_MODELS, fit_keys=len(FIT_KEYS) if args.fit else 0)
     except PointsError as exc:
         return fail("kvbench-validate", str(exc))
     if args.fit:
