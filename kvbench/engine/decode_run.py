@@ -227,7 +227,7 @@ class DecodeRuns:
         sched.plain_decodes = n
         engine = self.engine
         num_running = [n] * done
-        ended = self._finish_last(now, books, blocks_read[done - 1], num_running) if done == left else 0
+        ended = self._finish_last(now, num_running) if done == left else 0
         recorder.decode_run(first_index=step, starts=starts, times=times, num_seqs=n, pairs=pairs, books=books,
                             num_running=num_running, num_waiting=[len(sched.waiting)] * done,
                             num_preemptions=[sched.num_preemptions] * done, schedule_s=(time.perf_counter() - t0) / done)
@@ -243,19 +243,16 @@ class DecodeRuns:
         self.runs += 1
         return done, now, ended
 
-    def _finish_last(self, now: float, books: tuple, blocks_read: int, num_running: list[int]) -> int:
+    def _finish_last(self, now: float, num_running: list[int]) -> int:
         """The last step's finishers, as ``Engine._process`` finishes them (in chunk order, at
-        ``now``); the step log's last running count and block counts are after them. Returns how many."""
-        state, engine, bs = self.state, self.engine, self.alloc.block_size
+        ``now``); the step log's last running count is after them, its block counts before them (as
+        the general path takes them, after scheduling). Returns how many."""
+        state, engine = self.state, self.engine
         ended = list(compress(zip(state.groups, state.seqs), state.finished()))
         for group, seq in ended:
             engine._finish(group, seq.tokens, now)
         state.drop_finished()
         num_running[-1] = len(self.sched.running)
-        blocks = books[4]
-        if blocks is not None:  # the step log counts the blocks left after the finishes
-            blocks[-1] = engine._computed_blocks(blocks_read - sum([-(-s.num_computed // bs) for _, s in ended]),
-                                                 self.alloc.run_block_counts(state.sums))
         return len(ended)
 
     def _short_step(self, now: float, index: int, recorder, finished: int) -> tuple[float, int] | None:
@@ -323,7 +320,7 @@ class DecodeRuns:
         sched.sampled_groups = list(running)
         sched.plain_decodes = n
         num_running = [n]
-        ended = self._finish_last(after, books, blocks_read, num_running) if state.left <= 0 else 0
+        ended = self._finish_last(after, num_running) if state.left <= 0 else 0
         recorder.decode_run(first_index=index, starts=[now], times=times,
                             num_seqs=n, pairs=[pairs], books=books, num_running=num_running,
                             num_waiting=[len(sched.waiting)], num_preemptions=[sched.num_preemptions],

@@ -138,6 +138,8 @@ class Engine:
                 usage = self.allocator.usage(final_lens)
                 if self.memmap_every and step % self.memmap_every == 0:
                     self._snapshot(now, final_lens)
+            # the paper's Fig 15 moment: after scheduling, every beam and fork of the step held
+            blocks = self._computed_blocks(seq_blocks)
             schedule_s = time.perf_counter() - t0
             if self.tier_copies:  # a backend with real K/V: the host tier's copies ride on the batch
                 batch.tier_copies = self.allocator.take_tier_copies()
@@ -149,11 +151,10 @@ class Engine:
             now += result.duration_s
             t1 = time.perf_counter()
             finished += self._process(result, now)
-            seq_blocks -= self._blocks_left  # of the sequences _process freed: the count is over those still running
             self._queue_released(pending, next_arrival)
             schedule_s += time.perf_counter() - t1
             recorder.step(index=step, start_s=start, batch=batch, result=result, usage=usage,
-                          logical_slots=logical, blocks=self._computed_blocks(seq_blocks), num_running=len(sched.running),
+                          logical_slots=logical, blocks=blocks, num_running=len(sched.running),
                           num_waiting=len(sched.waiting), num_swapped=len(sched.swapped),
                           num_preemptions=sched.num_preemptions, schedule_s=schedule_s,
                           running_requests=running_requests,
@@ -227,7 +228,9 @@ class Engine:
     def _computed_blocks(self, per_sequence: int, counts: tuple[int, int] | None = None) -> tuple[int, int] | None:
         """The paper's block counts over computed tokens: ``(per_sequence, distinct)`` blocks
         holding at least one computed token, per table and once (``per_sequence``: summed over the
-        running sequences by the caller). The allocator counts its tables' blocks, which also hold
+        running sequences by the caller), taken right after scheduling as the paper takes them
+        (Kwon et al., SOSP'23, section 6.3, Fig 15): every beam and fork of the step is held, the
+        beams output processing will drop included. The allocator counts its tables' blocks, which also hold
         the blocks just taken for this step's new tokens; those are fresh and private (a fork
         shares only computed blocks), so they leave both counts alike:
         distinct = per_sequence - (allocated per table - allocated distinct). ``counts``: the
@@ -294,12 +297,9 @@ class Engine:
         return Group(request, [Seq(self.scheduler.new_seq_id(), list(request.prompt_ids))])
 
     def _process(self, result: StepResult, now: float) -> int:
-        """Append sampled tokens, fork samples and beams, finish groups; returns groups finished.
-        Sets ``_blocks_left``: the computed blocks (per sequence) of the sequences it freed."""
+        """Append sampled tokens, fork samples and beams, finish groups; returns groups finished."""
         sched = self.scheduler
         finished = 0
-        bs = self.allocator.block_size
-        blocks_left = 0
         next_tokens, stop_ids = result.next_tokens, self.cfg.stop_token_ids
         forks = sched.pending_forks  # has_pending_forks(group) is bool(forks.get(group.request_id))
         for group in sched.sampled_groups:  # in the order of their first sampling chunk
@@ -321,9 +321,7 @@ class Engine:
                 if seq.stopped or generated >= group.output_len:
                     self._finish(group, seq.tokens, now)
                     finished += 1
-                    blocks_left += (seq.num_computed + bs - 1) // bs
                 continue
-            before = sum((s.num_computed + bs - 1) // bs for s in seqs)
             if group.is_beam:
                 self._beam_step(group, result)
             else:
@@ -337,9 +335,6 @@ class Engine:
             if not forking and group.done:
                 self._finish(group, max(group.seqs, key=lambda s: s.cum_logprob).tokens, now)
                 finished += 1
-            after = sum((s.num_computed + bs - 1) // bs for s in group.seqs) if group.status is GroupStatus.RUNNING else 0
-            blocks_left += before - after
-        self._blocks_left = blocks_left
         return finished
 
     def _finish(self, group: Group, best_tokens: list[int], now: float) -> None:
