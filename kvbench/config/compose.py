@@ -5,6 +5,7 @@ import math
 from pathlib import Path
 
 from allocators import STRATEGIES
+from allocators.cache_policy import POLICIES
 from kvbench.config.errors import ConfigError
 from kvbench.config.validate import check_rules
 from kvbench.geometry import layer_windows
@@ -46,6 +47,8 @@ def validate(cfg) -> None:
     check_rules(cfg)
 
     _choice(cfg, "allocator.name", cfg.allocator.name, sorted(STRATEGIES) + sorted(PEERS))
+    if "eviction" in cfg.allocator:  # null is no order, as for offload.policy (no hidden default)
+        _choice(cfg, "allocator.eviction", cfg.allocator.eviction, tuple(POLICIES))
     _choice(cfg, "backend.name", cfg.backend.name, ("sim", "hf"))
     eng = cfg.engine
     _positive_int("engine.max_num_batched_tokens", eng.max_num_batched_tokens)

@@ -28,6 +28,7 @@ from kvbench.results.resultsdir import check_results_dir
 from kvbench.run import ids  # noqa: F401  (registers ${kvbench_id:...}, which the run dirs use)
 from kvbench.run.prepare import _allocator, _errors, _workload, run_spec
 from kvbench.run.rundir import KEEP_ENV, check_output_dirs, keep_dir_for
+from kvbench.sim.offload import check_tier_sizes
 
 
 # -- command line ------------------------------------------------------------------------------
@@ -73,7 +74,7 @@ def check_job(cfg: DictConfig) -> RunSpec | None:
     check_results_dir(Path(cfg.results_dir))
     if cfg.backend.name == "sim":
         spec = run_spec(cfg)
-        _allocator(cfg, spec)
+        _check_tiers(cfg, spec, _allocator(cfg, spec))
         _check_sim_family(cfg)
     else:
         spec = _check_hf(cfg)
@@ -138,8 +139,13 @@ def _check_hf(cfg: DictConfig) -> RunSpec | None:
     if kv is None:
         return None
     spec = run_spec(cfg, geometry=geometry)  # an explicit size: the job's own spec
-    _allocator(cfg, spec)
+    _check_tiers(cfg, spec, _allocator(cfg, spec))
     return spec
+
+
+def _check_tiers(cfg: DictConfig, spec: RunSpec, allocator) -> None:
+    """The offload tiers hold at least one chunk each, on this job's pool (``prepare`` builds them)."""
+    check_tier_sizes(cfg, spec.geometry.bytes_per_slot, spec.kv_bytes, allocator.block_size)
 
 
 def _app_task() -> None:

@@ -105,11 +105,35 @@ def check_offload(cfg) -> None:
         raise ConfigError(f"gpu.offload_link is missing; it must be one of {', '.join(LINKS)}")
 
 
+def check_tier_sizes(cfg, slot_bytes: int, gpu_kv_bytes: int, block_size: int) -> None:
+    """Refuse a tier that is on but holds not one chunk (``block_tokens`` x the slot bytes): a
+    size that rounds to nothing is refused, never dropped with the tiers behind it."""
+    off = cfg.get("offload")
+    if off is None or not _host_bytes(cfg, None):
+        return
+    chunk = slot_bytes * int(off.get("block_tokens") or block_size)
+    host = _host_bytes(cfg, gpu_kv_bytes)
+    what = f"less than one chunk of {int(off.get('block_tokens') or block_size)} tokens ({chunk:,} bytes)"
+    multiple = _number(cfg, "host_gpu_multiple", optional=True)
+    if host < chunk and multiple is not None:
+        raise ConfigError(f"offload.host_gpu_multiple={multiple:g} makes a host tier of {host:,} bytes ({multiple:g} x "
+                          f"{gpu_kv_bytes:,} GPU KV bytes), {what}: it would hold nothing; set it >= "
+                          f"{chunk / gpu_kv_bytes:.3g}, or offload=none")
+    if host < chunk:
+        raise ConfigError(f"offload.host_bytes={host:,} is {what}: the host tier would hold nothing; set it >= "
+                          f"{chunk:,}, or offload.host_bytes=0 for no tier")
+    disk = int(_number(cfg, "disk_bytes"))
+    if 0 < disk < chunk:
+        raise ConfigError(f"offload.disk_bytes={disk:,} is {what}: the disk tier would hold nothing; set it >= "
+                          f"{chunk:,}, or offload.disk_bytes=0 for no disk tier")
+
+
 def build_tiers(cfg, slot_bytes: int, gpu_kv_bytes: int, block_size: int, debug: bool) -> TierStack | None:
-    """The run's tiers, or None when no host tier is on."""
+    """The run's tiers, or None when no host tier is on (a tier too small to hold a chunk raises)."""
     off = cfg.get("offload")
     if off is None:
         return None
+    check_tier_sizes(cfg, slot_bytes, gpu_kv_bytes, block_size)
     host = _host_bytes(cfg, gpu_kv_bytes)
     if host <= 0:
         return None

@@ -28,6 +28,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
 
 from kvbench.cli import OneLineParser
+from kvbench.config.conflicts import first_refusal
 from kvbench.config.errors import CONF_DIR
 from kvbench.metrics import parse_percentiles
 from kvbench.results.naming import allocator_label
@@ -152,6 +153,7 @@ class HydraProber:
         """The composed config of one probe, every pre-run check passed (kvbench errors raise)."""
         cfg = self.compose(allocator, value)
         check_job(cfg)
+        first_refusal(cfg, self.overrides)  # a setting this probe would not read (kvbench.config.reads)
         return cfg
 
     def probe(self, allocator: str, value: float) -> Probe:
