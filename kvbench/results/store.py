@@ -327,6 +327,8 @@ def load_index(path: str | os.PathLike = DEFAULT_INDEX, dedupe: bool = True, uni
     columns = fixed + [k for k in extras if k not in fixed]
     df = pd.DataFrame.from_records(rows, columns=columns)
     for col in INTEGER_COLUMNS:
+        if col not in df.columns:  # workload_seed: not in rows written before issue 53
+            continue
         try:
             df[col] = df[col].astype("Int64")
         except (TypeError, ValueError):  # a non-integer value: leave the column as it is

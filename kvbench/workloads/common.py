@@ -141,7 +141,7 @@ class Knobs:
 DEFAULT_SEED = 0  # conf/config.yaml's seed: what a null workload.seed means outside a run
 
 
-def _seed(knobs: Knobs) -> int:
+def seed_knob(knobs: Knobs) -> int:
     """``workload.seed``; null (a build outside a run, which fills it with the run's seed) is DEFAULT_SEED."""
     seed = knobs.get_int("seed", min_value=0, optional=True)
     return DEFAULT_SEED if seed is None else seed
@@ -174,7 +174,7 @@ class CommonKnobs:
             burstiness=knobs.get_float("burstiness", positive=True),
             n=knobs.get_int("n", min_value=1),
             beam_width=knobs.get_int("beam_width", min_value=1),
-            seed=_seed(knobs),
+            seed=seed_knob(knobs),
             duration_s=duration,
         )
 
@@ -187,7 +187,7 @@ class CommonKnobs:
             burstiness=math.nan,
             n=knobs.get_int("n", min_value=1),
             beam_width=knobs.get_int("beam_width", min_value=1),
-            seed=_seed(knobs),
+            seed=seed_knob(knobs),
             duration_s=knobs.get_float("duration_s", positive=True, optional=True),
         )
 

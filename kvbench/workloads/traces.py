@@ -15,6 +15,12 @@ first kept request's time, so the stream starts at 0 as every workload does; ``t
 to the mean gap) is unchanged. ``target_rate`` (requests/s) instead picks the time scale that
 gives the window that mean rate: ``time_scale = (N - 1) / span / target_rate``, over the
 requests that are replayed (those the overlong policy drops do not count).
+
+Seeds. A trace's lengths and arrivals are its own, so the seed picks *which* window of the
+asked size is replayed: seed ``k`` replays window ``k mod W`` of the ``W`` whole windows that
+follow ``start_s`` (windows of ``duration_s`` seconds; without a duration, of ``num_requests``
+requests), seed 0 the first, at ``start_s``. A window as long as the trace (the default: all of
+it) is the only one, so its seeds differ in the synthetic prompt ids alone.
 """
 from __future__ import annotations
 
@@ -30,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from .common import Knobs, WorkloadError
+from .common import Knobs, WorkloadError, seed_knob
 
 TRACE_DIR = ("data", "traces")
 
@@ -159,6 +165,7 @@ class Window:
     num_requests: int | None
     time_scale: float
     target_rate: float | None
+    seed: int = 0  # picks the window (module docstring, "Seeds")
 
     @classmethod
     def parse(cls, knobs: Knobs) -> "Window":
@@ -170,7 +177,7 @@ class Window:
         return cls(start_s=knobs.get_float("start_s", min_value=0.0),
                    duration_s=knobs.get_float("duration_s", positive=True, optional=True),
                    num_requests=knobs.get_int("num_requests", min_value=1, optional=True),
-                   time_scale=time_scale, target_rate=target)
+                   time_scale=time_scale, target_rate=target, seed=seed_knob(knobs))
 
     def select(self, times_s: np.ndarray, name: str) -> tuple[np.ndarray, np.ndarray, float]:
         """(indices of the kept requests, their replayed arrivals, the time scale used).
@@ -180,13 +187,14 @@ class Window:
         if times_s.size and np.any(np.diff(times_s) < 0):
             raise WorkloadError(f"{name}: arrival times go backwards; not a trace in arrival order")
         first, last = float(times_s[0]), float(times_s[-1])
-        end = math.inf if self.duration_s is None else self.start_s + self.duration_s
-        keep = np.flatnonzero((times_s >= first + self.start_s) & (times_s < first + end))
+        start = self.placed_start(last - first)
+        end = math.inf if self.duration_s is None else start + self.duration_s
+        keep = np.flatnonzero((times_s >= first + start) & (times_s < first + end))
         if keep.size == 0:
-            raise WorkloadError(f"workload.start_s: the window [{self.start_s:g}, {end:g}) s holds no request of "
+            raise WorkloadError(f"workload.start_s: the window [{start:g}, {end:g}) s holds no request of "
                                 f"{name} (its requests span 0..{last - first:g} s)")
         if self.num_requests is not None:
-            keep = keep[:self.num_requests]
+            keep = self._count_window(keep)
         t = times_s[keep] - times_s[keep[0]]
         scale = self.time_scale
         if self.target_rate is not None:
@@ -195,6 +203,22 @@ class Window:
                                     "no rate to scale")
             scale = (keep.size - 1) / float(t[-1]) / self.target_rate
         return keep, t * scale, scale
+
+    def placed_start(self, span_s: float) -> float:
+        """The start of the seed's window of ``duration_s`` seconds (trace seconds from the first request)."""
+        if self.duration_s is None:
+            return self.start_s
+        fits = max(1, int((span_s - self.start_s) // self.duration_s))
+        return self.start_s + (self.seed % fits) * self.duration_s
+
+    def _count_window(self, keep: np.ndarray) -> np.ndarray:
+        """The seed's ``num_requests`` of ``keep``: its window's first ones when a duration placed
+        the window, else the seed's run of ``num_requests`` consecutive ones."""
+        count = self.num_requests
+        if self.duration_s is not None:
+            return keep[:count]
+        index = self.seed % max(1, keep.size // count)
+        return keep[index * count:(index + 1) * count]
 
     def rescale(self, arrivals: np.ndarray, scale: float, kept: np.ndarray) -> tuple[np.ndarray, float]:
         """The arrivals and scale for the ``kept`` positions of ``arrivals`` alone: unchanged
@@ -229,7 +253,8 @@ def replay_meta(name: str, source: str, window: Window, scale: float, arrivals: 
         "source": source,
         "trace_file": name,
         "trace_requests": num_in_trace,
-        "window_start_s": window.start_s,
+        "window_start_s": window.start_s,  # as asked; the seed may place the window later (module docstring)
+        "window_seed": window.seed,
         "window_duration_s": window.duration_s,
         "window_trace_span_s": float(trace_times[-1] - trace_times[0]),
         "time_scale": scale,
