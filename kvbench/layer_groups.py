@@ -124,21 +124,29 @@ def hf_layer_types(config) -> list[str]:
 
 
 def state_bytes_from_hf(config, dtype_bytes: int) -> int:
-    """Bytes of one state layer's per-request state (convolution window plus recurrent state).
+    """Bytes of one state layer's per-request state (convolution window plus recurrent state), as
+    vLLM sizes it: the element counts of ``MambaStateShapeCalculator``'s shapes
+    (vllm/model_executor/layers/mamba/mamba_utils.py) at one GPU and no speculative tokens, with
+    the arguments each model's ``get_mamba_state_shape_from_config`` passes (vllm/model_executor/
+    models/<family>.py), in the model's dtype (vLLM's default state dtype, ``auto``). Every
+    convolution keeps ``kernel - 1`` past inputs per channel.
 
-    Mamba-2 (Bamba, Falcon-H1, Granite-4.0-H, Nemotron-H): conv over ``heads * head_dim + 2 *
-    groups * d_state`` channels with ``d_conv - 1`` steps, SSM ``heads * head_dim * d_state``.
-    Mamba-1 (Jamba): conv ``expand * hidden`` channels, SSM ``expand * hidden * d_state``.
-    Gated DeltaNet (Qwen3-Next): conv over ``2 * k_heads * k_dim + v_heads * v_dim`` channels,
-    recurrent ``v_heads * k_dim * v_dim``. LFM2 short convolution: ``hidden * conv_L_cache``.
+    Mamba-2 (Bamba, Falcon-H1, Granite-4.0-H, Nemotron-H; ``mamba2_state_shape``): conv over
+    ``inner + 2 * groups * d_state`` channels, SSM ``heads * head_dim * d_state``.
+    Mamba-1 (Jamba; ``mamba1_state_shape``): conv ``expand * hidden`` channels, SSM
+    ``expand * hidden * d_state``. Gated DeltaNet (Qwen3-Next; ``gated_delta_net_state_shape``):
+    conv over ``2 * k_heads * k_dim + v_heads * v_dim`` channels, recurrent ``v_heads * v_dim *
+    k_dim``. LFM2 short convolution (``short_conv_state_shape``): conv ``conv_dim`` channels.
     """
     c = config
     if hasattr(c, "linear_num_value_heads"):
         k_dim, v_dim = c.linear_key_head_dim, c.linear_value_head_dim
         conv = (2 * c.linear_num_key_heads * k_dim + c.linear_num_value_heads * v_dim) * (c.linear_conv_kernel_dim - 1)
-        return (conv + c.linear_num_value_heads * k_dim * v_dim) * dtype_bytes
+        return (conv + c.linear_num_value_heads * v_dim * k_dim) * dtype_bytes
     if hasattr(c, "conv_L_cache"):
-        return c.hidden_size * c.conv_L_cache * dtype_bytes
+        # lfm2.py passes conv_dim (its published configs set it to hidden_size), lfm2_moe.py hidden_size
+        channels = getattr(c, "conv_dim", None) or c.hidden_size
+        return channels * (c.conv_L_cache - 1) * dtype_bytes
     heads = getattr(c, "mamba_n_heads", None) or getattr(c, "mamba_num_heads", None)
     if heads is not None:
         head_dim = getattr(c, "mamba_d_head", None) or getattr(c, "mamba_head_dim", None)
@@ -147,10 +155,21 @@ def state_bytes_from_hf(config, dtype_bytes: int) -> int:
         d_state = getattr(c, "mamba_d_state", None) or getattr(c, "ssm_state_size")
         d_conv = getattr(c, "mamba_d_conv", None) or getattr(c, "conv_kernel")
         groups = getattr(c, "mamba_n_groups", None) or getattr(c, "n_groups", 1)
-        inner = heads * head_dim
-        return ((inner + 2 * groups * d_state) * (d_conv - 1) + inner * d_state) * dtype_bytes
+        inner = _mamba2_inner(c, heads * head_dim)
+        return ((inner + 2 * groups * d_state) * (d_conv - 1) + heads * head_dim * d_state) * dtype_bytes
     inner = c.mamba_expand * c.hidden_size
     return (inner * (c.mamba_d_conv - 1) + inner * c.mamba_d_state) * dtype_bytes
+
+
+def _mamba2_inner(c, heads_dim: int) -> int:
+    """The ``intermediate_size`` vLLM gives a Mamba-2 mixer's convolution: ``mamba_d_ssm``, else
+    ``mamba_expand * hidden`` (falcon_h1.py, granitemoehybrid.py; bamba.py before its removal),
+    else heads * head_dim (nemotron_h.py). The published models set all three alike."""
+    d_ssm = getattr(c, "mamba_d_ssm", None)
+    if d_ssm is not None:
+        return d_ssm
+    expand = getattr(c, "mamba_expand", None)
+    return int(expand * c.hidden_size) if expand is not None else heads_dim
 
 
 def hf_model_fields(config, dtype: str = "bfloat16") -> dict:
