@@ -121,5 +121,7 @@ def test_series_drawn_over_each_other_are_named_under_the_figure(results):
     spec = PlotSpec(x="request_rate", y=["request_throughput"])
     fig = draw(points_for(spec, loaded.runs, loaded.index_path), spec, "")
     notes = [t.get_text() for t in fig.texts if t is not fig._suptitle]
-    assert notes == ["drawn over each other (equal at every point): paged, paged_prefix"]
+    assert notes == ["each point: the mean of its runs (n = 2 seeds); band or bar: 95% t interval of the mean "
+                     "(sd over runs up to 0.7071)",
+                     "drawn over each other (equal at every point): paged, paged_prefix"]
     assert [t.get_text() for t in fig.legends[0].get_texts()] == ["orca-max", "paged", "paged_prefix"]

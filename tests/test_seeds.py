@@ -71,3 +71,78 @@ def test_the_engine_and_the_sim_executor_draw_from_the_run_seed():
     cfg = _cfg("seed=4", "engine.policy=sjf", "engine.sjf_error=0.5")
     assert policy_knobs(cfg)["seed"] == 4
     assert prepare(cfg).executor._rng.getstate() == random.Random(4).getstate()
+
+
+# --- seeds as the repeat axis: n, sd and the 95% t interval wherever runs are averaged ------------
+# paged over seeds 0, 1, 2 gives 1, 2, 4 req/s: mean 7/3, sd sqrt(7/3) = 1.5275 (ddof 1), and the
+# 95% interval's half-width t(0.975, 2) * sd / sqrt(3) = 4.3027 * 0.8819 = 3.7946; orca-max gives
+# 2, 2, 2: sd 0, half-width 0. Its workload seed was swept too (workload_seed 10, 11, 12).
+THROUGHPUT = {"paged": (1.0, 2.0, 4.0), "orca-max": (2.0, 2.0, 2.0)}
+PAGED_SD, PAGED_HALF = 1.5275252, 3.7945833
+
+
+def _seed_runs(root: Path) -> None:
+    import pandas as pd
+
+    from kvbench.results.store import write_run
+
+    for label, values in THROUGHPUT.items():
+        for seed, value in enumerate(values):
+            row = {"run_id": f"{label}-{seed}", "experiment": "p", "allocator": label, "allocator_label": label,
+                   "workload": "sharegpt", "model": "opt-13b", "gpu_profile": "a100-40gb", "request_rate": 2.0,
+                   "commit": "abc", "seed": seed, "workload_seed": 10 + seed, "request_throughput": value,
+                   "mean_ttft_ms": 10.0 * value}
+            write_run(root / "runs" / "p" / row["run_id"], row, pd.DataFrame({"time_s": [0.0, 1.0], "mem_token_frac": [0.1, 0.2]}),
+                      pd.DataFrame(), root / "index.jsonl")
+
+
+def test_the_spread_of_three_seeds_by_hand():
+    from kvbench.results.repeats import spread_of
+
+    got = spread_of(THROUGHPUT["paged"])
+    assert got.n == 3 and got.mean == pytest.approx(7 / 3)
+    assert got.sd == pytest.approx(PAGED_SD) and got.half == pytest.approx(PAGED_HALF)
+    assert (got.low, got.high) == pytest.approx((7 / 3 - PAGED_HALF, 7 / 3 + PAGED_HALF))
+    one = spread_of([5.0, float("nan")])
+    assert one.n == 1 and one.mean == 5.0 and one.sd != one.sd and one.half != one.half  # NaN: no spread
+
+
+def test_compare_shows_n_sd_and_the_interval(tmp_path):
+    from kvbench.results.compare import compare_groups
+    from kvbench.results.store import load_index
+
+    _seed_runs(tmp_path)
+    [(_, table)] = compare_groups(load_index(tmp_path / "index.jsonl"), "allocator_label", "orca-max",
+                                  ["request_throughput"])
+    rows = table.set_index("allocator_label")
+    assert list(rows["runs"]) == [3, 3]  # seeds and workload seeds are the repeat axis: one row each
+    assert rows.loc["paged", "request_throughput"] == pytest.approx(7 / 3)
+    assert rows.loc["paged", "request_throughput sd"] == pytest.approx(PAGED_SD)
+    assert rows.loc["paged", "request_throughput ci95"] == pytest.approx(PAGED_HALF)
+    assert rows.loc["orca-max", "request_throughput ci95"] == 0.0
+
+
+def test_plot_points_and_the_figure_note_show_n_and_the_interval(tmp_path):
+    from kvbench.tools.plot import PlotSpec, draw, points_for
+    from kvbench.tools.plot_data import load_runs
+
+    _seed_runs(tmp_path)
+    loaded = load_runs(tmp_path)
+    spec = PlotSpec(x="request_rate", y=["request_throughput"])
+    points = points_for(spec, loaded.runs, loaded.index_path).set_index("series")
+    assert points.loc["paged", "runs"] == 3
+    assert (points.loc["paged", "y_sd"], points.loc["paged", "y_ci95"]) == pytest.approx((PAGED_SD, PAGED_HALF))
+    fig = draw(points.reset_index(), spec, "")
+    notes = [t.get_text() for t in fig.texts if t is not fig._suptitle]
+    assert notes[0] == ("each point: the mean of its runs (n = 3 seeds); band or bar: 95% t interval of the mean "
+                        "(sd over runs up to 1.528)")
+
+
+def test_the_report_shows_the_seeds_used_n_sd_and_the_interval(tmp_path):
+    from kvbench.tools.report import build_html
+
+    _seed_runs(tmp_path)
+    page = build_html(tmp_path, metrics=["request_throughput"])
+    assert "seeds: seed 0, 1, 2; workload_seed 10, 11, 12." in page
+    assert "request_throughput sd" in page and "request_throughput ci95" in page
+    assert "1.528" in page and "3.795" in page  # paged's sd and half-width, as the table prints them

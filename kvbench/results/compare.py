@@ -4,7 +4,8 @@
 groups the selected runs by the other settings that vary among them (workload, request rate,
 model, ...; never the compared column, nor the allocator's own knobs when allocators are
 compared), and prints, per group, each compared value's metrics and their ratio to the
-baseline's (a mean where several runs share a value: the ``runs`` column says how many).
+baseline's (a mean where several runs share a value: the ``runs`` column says how many, ``sd``
+and ``ci95`` how far they scatter: mean ± ci95 is the 95% Student t interval of the mean).
 
 ``--export json`` writes the selected summary rows as one JSON list (strict JSON: an infinite
 ``request_rate`` is null and named in the row's ``nonfinite`` column, as in the index);
@@ -22,9 +23,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from kvbench.results.grouping import group_keys, numeric_metric, settings_that_vary, split, spread, value_key
+from kvbench.results.grouping import group_keys, numeric_metric, settings_that_vary, split, value_key
 from kvbench.results.naming import cell, granularity, missing
 from kvbench.results.query import QueryError
+from kvbench.results.repeats import spread_of
 from kvbench.results.store import REQUESTS_FILE, STEPS_FILE, SUMMARY_FILE, clean_summary
 
 # an allocator's own knobs: part of what is compared when allocators are
@@ -198,7 +200,8 @@ def compare_groups(df: pd.DataFrame, compared: str, baseline: str, metrics: Sequ
                    ) -> list[tuple[str, pd.DataFrame]]:
     """Per group of the other settings that vary: one row per compared value (baseline first),
     each averaging only runs whose every setting but the seed is equal (``runs`` says how many,
-    ``<metric> sd`` their spread when any row averages several); a setting that varies among runs
+    ``<metric> sd`` and ``<metric> ci95`` their spread and the half-width of the 95% t interval of
+    the mean when any row averages several); a setting that varies among runs
     of one compared value splits them into rows labelled with it (``paged (block_size=32)``).
     ``<metric>/base`` is the ratio to the baseline row of the same group."""
     _check_columns(df, [compared, *metrics], "--compare/--metrics")
@@ -229,7 +232,9 @@ def compare_groups(df: pd.DataFrame, compared: str, baseline: str, metrics: Sequ
                 mean = values[m][runs.index].mean()
                 row[m] = mean
                 if several:
-                    row[f"{m} sd"] = spread(values[m][runs.index])
+                    repeat = spread_of(values[m][runs.index])
+                    row[f"{m} sd"] = repeat.sd
+                    row[f"{m} ci95"] = repeat.half  # mean ± this: the 95% t interval (kvbench.results.repeats)
                 ratio = math.nan
                 if base is not None and base[m] and not math.isnan(base[m]):
                     ratio = mean / base[m]

@@ -5,8 +5,9 @@
 
 One line (or bar group, when x is not numeric) per value of ``--hue`` (default the allocator's
 label), one panel per value of ``--facet``; where several runs share a point (seeds) the mean is
-drawn with a band of one standard deviation. Runs that differ in a setting the plot does not
-draw (x, hue, facet) are never averaged: the command refuses and names the setting. Several
+drawn with a band (bars: an error bar) of the 95% Student t interval of the mean, and a note
+says how many runs each point averages (n) and their largest sd. Runs that differ in a setting
+the plot does not draw (x, hue, facet) are never averaged: the command refuses and names it. Several
 ``--y`` metrics (comma-separated) are series of their own. ``--table steps`` draws each run's
 steps (``time_s`` against ``mem_token_frac``, say) instead of its summary. Writes ``OUT.png``
 and ``OUT.svg`` (each to a temporary name, then renamed). Bad input: one line, exit 2, nothing
@@ -125,14 +126,14 @@ def draw(points: pd.DataFrame, spec: PlotSpec, context: str):
                 width = 0.8 / len(series)
                 xs = [categories.index(v) - 0.4 + width * (i + 0.5) for v in line["x"]]
                 ax.bar(xs, line["y"], width=width, color=colour, hatch=hatch, edgecolor="black", linewidth=0.4,
-                       yerr=line["y_sd"].fillna(0.0), capsize=2)
+                       yerr=line["y_ci95"].fillna(0.0), capsize=2)
                 continue
             line = line.sort_values("x")
             ax.plot(line["x"], line["y"], color=colour, marker=marker if spec.table != "steps" else None,
                     markersize=5, linewidth=1.4)
-            if line["y_sd"].notna().any():
-                sd = line["y_sd"].fillna(0.0)
-                ax.fill_between(line["x"], line["y"] - sd, line["y"] + sd, color=colour, alpha=0.18, linewidth=0)
+            if line["y_ci95"].notna().any():
+                half = line["y_ci95"].fillna(0.0)
+                ax.fill_between(line["x"], line["y"] - half, line["y"] + half, color=colour, alpha=0.18, linewidth=0)
         if categorical:
             ax.set_xticks(range(len(categories)), categories, rotation=30, ha="right", fontsize=8)
         if spec.logx and not categorical:
@@ -159,12 +160,24 @@ def draw(points: pd.DataFrame, spec: PlotSpec, context: str):
     legend_title = spec.hue if spec.hue and (len(spec.y) == 1 or by_metric) else None
     fig.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 0.88), title=legend_title, fontsize=8,
                frameon=False)
+    fig.text(0.01, 0.0, repeats_note(points), fontsize=8, va="top")
     same = coinciding(points)
     if same:  # lines drawn on top of each other: say which, so that no series is hidden unseen
-        fig.text(0.01, 0.0, "drawn over each other (equal at every point): " + "; ".join(", ".join(g) for g in same),
+        fig.text(0.01, -0.04, "drawn over each other (equal at every point): " + "; ".join(", ".join(g) for g in same),
                  fontsize=8, va="top")
     fig.tight_layout(rect=(0, 0, 1, 0.97))
     return fig
+
+
+def repeats_note(points: pd.DataFrame) -> str:
+    """How many runs (seeds) each point averages, and what its band or error bar shows."""
+    counts = sorted({int(n) for n in points["runs"]})
+    n = f"n = {counts[0]}" if len(counts) == 1 else f"n = {counts[0]} to {counts[-1]}"
+    if counts[-1] < 2:
+        return f"one run per point ({n}): no spread drawn"
+    sd = points["y_sd"].dropna()
+    return (f"each point: the mean of its runs ({n} seeds); band or bar: 95% t interval of the mean "
+            f"(sd over runs up to {sd.max():.4g})")
 
 
 def coinciding(points: pd.DataFrame) -> list[list[str]]:

@@ -22,6 +22,7 @@ import pandas as pd
 from kvbench.results.grouping import experiment_files, settings_that_vary
 from kvbench.results.naming import cell
 from kvbench.results.query import QueryError, in_sweep, where, with_labels
+from kvbench.results.repeats import spread_of
 from kvbench.results.store import load_index
 from kvbench.run.sweep import _absolute
 
@@ -161,7 +162,8 @@ def combine(frame: pd.DataFrame, columns: str | None, flag: str) -> tuple[pd.Dat
 
 def series_points(frame: pd.DataFrame, x: str, ys: Sequence[str], hue: str | None, facet: str | None,
                   x_is_setting: bool, drawn_also: Sequence[str] = (), facet_metric: bool = False) -> pd.DataFrame:
-    """Long table of points: facet, series, x, y mean, y spread (sd over runs), runs.
+    """Long table of points: facet, series, x, y mean, its spread over runs (sd, and the half-width
+    of the 95% t interval of the mean), runs.
     With ``facet_metric`` each metric of ``ys`` has panels of its own.
 
     Runs at one point of one series are averaged only when they differ in nothing but the seed.
@@ -194,6 +196,7 @@ def series_points(frame: pd.DataFrame, x: str, ys: Sequence[str], hue: str | Non
                 xv = pd.to_numeric(runs[x], errors="coerce") if is_numeric(frame[x]) else None
                 if yv.empty:
                     continue
+                repeat = spread_of(yv)
                 series = named.get(hue, "") if hue else ""
                 panel = named.get(facet, "") if facet else ""
                 if facet_metric:  # a panel per metric: the series are the hue's values alone
@@ -205,8 +208,9 @@ def series_points(frame: pd.DataFrame, x: str, ys: Sequence[str], hue: str | Non
                     "series": series or y,
                     "x": float(xv.mean()) if xv is not None else _text(runs[x].iloc[0]),
                     "y": float(yv.mean()),
-                    "y_sd": float(yv.std(ddof=1)) if len(yv) > 1 else math.nan,
-                    "runs": len(yv),
+                    "y_sd": repeat.sd,
+                    "y_ci95": repeat.half,  # y ± this: the 95% t interval of the mean (kvbench.results.repeats)
+                    "runs": repeat.n,
                 })
     if not rows:
         raise PlotError(f"--y: {', '.join(ys)} is null (not applicable) for every selected run")
@@ -246,5 +250,6 @@ def steps_points(runs: pd.DataFrame, index_path: Path, x: str, ys: Sequence[str]
                 series = f"{series} / {y}" if series else y
             rows.append(pd.DataFrame({"facet": _text(row[facet]) if facet else "", "series": series or y,
                                       "x": pd.to_numeric(steps[x], errors="coerce"),
-                                      "y": pd.to_numeric(steps[y], errors="coerce"), "y_sd": math.nan, "runs": 1}))
+                                      "y": pd.to_numeric(steps[y], errors="coerce"), "y_sd": math.nan, "y_ci95": math.nan,
+                                      "runs": 1}))
     return pd.concat(rows, ignore_index=True).dropna(subset=["x", "y"])

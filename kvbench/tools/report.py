@@ -28,7 +28,7 @@ import pandas as pd
 
 from kvbench.cli import OneLineParser
 from kvbench.results.compare import compare_groups
-from kvbench.results.grouping import settings_that_vary
+from kvbench.results.grouping import is_seed, settings_that_vary
 from kvbench.results.naming import cell
 from kvbench.results.query import QueryError, sort
 from kvbench.results.store import atomic_write
@@ -86,15 +86,28 @@ def _figure(uri: str, alt: str) -> str:
 
 def settings_section(runs: pd.DataFrame, varying: Sequence[str]) -> str:
     shared = [(c, cell(runs[c].iloc[0])) for c in runs.columns if c not in varying and is_setting(c)]
-    seeds = sorted({cell(v) for v in runs["seed"]}) if "seed" in runs.columns else []
     swept = ", ".join(varying) or "none (the runs share every setting but the seed)"
     return (f"<p>{len(runs)} runs; settings that vary: <b>{html.escape(swept)}</b>; seeds: "
-            f"{html.escape(', '.join(seeds) or '-')}.</p>"
+            f"{html.escape(seeds_text(runs))}.</p>"
             + _table(pd.DataFrame(shared, columns=["setting", "value (every run)"])))
 
 
+def seed_columns(runs: pd.DataFrame) -> list[str]:
+    """The seeds the runs recorded (``seed``, ``workload_seed``), in frame order."""
+    return [c for c in runs.columns if is_seed(str(c)) and not str(c).startswith("cfg.")]
+
+
+def seeds_text(runs: pd.DataFrame) -> str:
+    """Each recorded seed's values (``seed 0, 1, 2; workload_seed 0, 1, 2``), or ``-``."""
+    parts = []
+    for column in seed_columns(runs):
+        values = sorted({cell(v) for v in runs[column]}, key=lambda v: (len(v), v))
+        parts.append(f"{column} {', '.join(values)}")
+    return "; ".join(parts) or "-"
+
+
 def runs_section(runs: pd.DataFrame, varying: Sequence[str]) -> str:
-    keys = [c for c in [*varying, "seed"] if c in runs.columns]
+    keys = [c for c in [*varying, *seed_columns(runs)] if c in runs.columns]
     columns = [*keys, *[m for m in TABLE_METRICS if m in runs.columns], "run_id"]
     ordered = sort(runs, [k for k in keys])
     return _table(ordered[columns].reset_index(drop=True), "one row per run, sorted by the settings that vary")
@@ -114,7 +127,8 @@ def compare_section(runs: pd.DataFrame, compared: str, baseline: str | None) -> 
     except QueryError as exc:
         raise PlotError(str(exc)) from None
     parts = [f"<p>{html.escape(compared)}, against <b>{html.escape(baseline)}</b> (ratios are value / baseline; "
-             "a mean where several runs share a group: the runs column).</p>"]
+             "a mean where several runs share a group: the runs column says how many (n), sd how far "
+             "they scatter, ci95 the half-width of the 95% Student t interval of the mean).</p>"]
     for title, table in groups:
         parts.append(f"<h3>{html.escape(title)}</h3>" + _table(table))
     return "".join(parts), baseline
