@@ -159,6 +159,11 @@ class Allocator(abc.ABC):
     def free(self, seq_id: int) -> None:
         """Release a sequence (finished or preempted)."""
 
+    def note_preempted(self, seq_id: int) -> None:
+        """The engine preempted ``seq_id`` (it was freed, or is about to be): its later admissions
+        are re-admissions, whose prefix lookups a prefix cache counts apart (``preempted_*``,
+        ``allocators.prefix_stats``). Nothing to do for strategies without one."""
+
     def commit(self) -> None:
         """The tokens grown so far now hold their K/V: the engine calls this once the step that
         computes them has run. Until then a grown token only has a slot, so nothing may treat it

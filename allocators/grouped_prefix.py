@@ -18,7 +18,8 @@ group every block before ``L``; a window of ``W`` the blocks of positions ``L + 
 checkpoints never hits). A hit shares the needed blocks (reference + 1); a window or chunked
 group's earlier entries are ``DROPPED``; each state group takes a fresh block for the
 sequence's own state (a copy of the checkpoint). ``prefix_hits`` / ``prefix_queries`` count
-tokens: hit tokens over the full-block tokens of ``prompt[:-1]``, of admits that succeed.
+tokens: hit tokens over the full-block tokens of ``prompt[:-1]``, of admits that succeed; a
+re-admission after a preemption counts apart (``preempted_*``, ``allocators.prefix_stats``).
 
 Free room: a registered block whose last reference goes (a freed sequence, a block leaving
 the window, a freed sequence's checkpoints) stays cached, unreferenced, in release order. When
@@ -36,6 +37,7 @@ from dataclasses import dataclass
 from allocators.base import Admission, AllocatorError, Fit, MemoryUsage, ceil_div, check_length
 from allocators.grouped import DROPPED, GroupedAllocator, _Seq
 from allocators.hybrid import HybridAllocator, LcmAllocator
+from allocators.prefix_stats import PrefixLookups
 
 ROOT_HASH = 0x5EED_CAFE
 
@@ -91,9 +93,8 @@ class PrefixCaching(GroupedAllocator):
         self._pinned: set[tuple[int, int]] = set()
         self._ids: dict[int, _Ids] = {}
         self._uncommitted: set[int] = set()
-        self._query_tokens = 0  # full-block tokens of prompt[:-1]: what could hit
-        self._prompt_tokens = 0  # len(prompt) - 1 per admit (paged_prefix's token hit rate)
-        self._hit_tokens = 0
+        # queries: full-block tokens of prompt[:-1], what could hit; query_tokens: len(prompt) - 1
+        self._lookups = PrefixLookups()
         self._evictions = 0
         super().__init__(num_slots, block_size, groups, slot_bytes, prefill_chunk, debug)
         if self.checkpoint_every % self.block_size:
@@ -231,7 +232,6 @@ class PrefixCaching(GroupedAllocator):
         states = [self._take(self._state_index(i), 1)[0] for i in range(len(self.state))]
         self._seqs[seq_id] = _Seq(tables, dropped, states, hit, len(prompt), max_len)
         self._admitted(seq_id, prompt, hit)
-        self._hit_tokens += hit
         if self.debug:
             self.check_invariants()
         return Admission(Fit.OK, num_cached_tokens=hit)
@@ -244,8 +244,8 @@ class PrefixCaching(GroupedAllocator):
             parent = hash((parent, tuple(prompt[i * bs:(i + 1) * bs])))
             ids.hashes.append(parent)
         self._ids[seq_id] = ids
-        self._query_tokens += (len(prompt) - 1) // bs * bs if prompt else 0
-        self._prompt_tokens += max(len(prompt) - 1, 0)
+        self._lookups.record(seq_id, queries=(len(prompt) - 1) // bs * bs if prompt else 0, hits=hit,
+                             query_tokens=max(len(prompt) - 1, 0), hit_tokens=hit)
 
     def grow(self, seq_id: int, num_tokens: int, token_ids: Sequence[int] | None = None) -> list[int] | None:
         slots = super().grow(seq_id, num_tokens, token_ids)
@@ -299,6 +299,9 @@ class PrefixCaching(GroupedAllocator):
                                    parent.hashable)
         return True
 
+    def note_preempted(self, seq_id: int) -> None:
+        self._lookups.note_preempted(seq_id)
+
     def free(self, seq_id: int) -> None:
         super().free(seq_id)
         ids = self._ids.pop(seq_id)
@@ -318,10 +321,7 @@ class PrefixCaching(GroupedAllocator):
 
     def stats(self) -> dict[str, float | int | None]:
         out = super().stats()
-        out["prefix_queries"] = self._query_tokens
-        out["prefix_hits"] = self._hit_tokens
-        out["prefix_hit_rate"] = self._hit_tokens / self._query_tokens if self._query_tokens else None
-        out["prefix_token_hit_rate"] = self._hit_tokens / self._prompt_tokens if self._prompt_tokens else None
+        out.update(self._lookups.stats())
         out["cached_free_blocks"] = len(self._cached)
         out["evictions"] = self._evictions
         return out

@@ -15,7 +15,9 @@ always computed, so a prompt of P tokens queries ``(P - 1) // block_size`` block
 up in order until the first miss. A hit must match the stored parent hash and token tuple
 (a hash collision is a miss). Hits are shared (ref + 1) and reported as
 ``num_cached_tokens = hits * block_size``. Only admits that succeed count towards
-``prefix_queries`` / ``prefix_hits`` (a refused admit changes nothing, counters included).
+``prefix_queries`` / ``prefix_hits`` (a refused admit changes nothing, counters included); the
+re-admission of a sequence preempted before (``note_preempted``) counts apart, in
+``preempted_queries`` / ``preempted_hits``, tier hits included (``allocators.prefix_stats``).
 
 Free room: unhashed free blocks (a deque) and cached blocks (hashed, unreferenced, ordered by
 the ``eviction`` policy of ``allocators.cache_policy``, keyed by hash). Allocation takes an
@@ -54,6 +56,7 @@ from dataclasses import dataclass
 from allocators.base import Admission, AllocatorError, Fit, MemoryUsage, ceil_div
 from allocators.cache_policy import CachePolicy, make_policy
 from allocators.paged import PagedAllocator, _PagedSeq
+from allocators.prefix_stats import LookupCounts, PrefixLookups
 from allocators.run_sums import RunSums
 from allocators.tiers import TierStack
 
@@ -95,6 +98,17 @@ def eviction_policy(name: str, capacity: int, monotone: bool = False) -> CachePo
         raise AllocatorError(f"eviction: {e}") from None
 
 
+def tier_rates(prefix: str, counts: LookupCounts, tier_tokens: dict[str, int], disk: bool) -> dict[str, float | None]:
+    """``{prefix}_{gpu,host,disk,total}``: tokens each tier served over the prompt tokens (bar the
+    last) of the admissions ``counts`` holds; disk None without a disk tier."""
+    q = counts.query_tokens
+    rate = (lambda n: n / q if q else None)
+    host, disk_tokens = tier_tokens["host"], tier_tokens["disk"]
+    return {f"{prefix}_gpu": rate(counts.hit_tokens), f"{prefix}_host": rate(host),
+            f"{prefix}_disk": rate(disk_tokens) if disk else None,
+            f"{prefix}_total": rate(counts.hit_tokens + host + disk_tokens)}
+
+
 class PagedPrefixAllocator(PagedAllocator):
     """``paged`` plus prefix caching; see the module docstring for hashing and eviction order."""
 
@@ -109,9 +123,7 @@ class PagedPrefixAllocator(PagedAllocator):
         self._block_hash: list[int | None] = [None] * self.num_blocks
         self._block_key: list[tuple[int, tuple[int, ...]] | None] = [None] * self.num_blocks
         self._uncommitted: set[int] = set()  # sequences grown since the last commit
-        self._queries = 0
-        self._query_tokens = 0  # prompt tokens that could have hit: len(prompt) - 1 per admit
-        self._hits = 0
+        self._lookups = PrefixLookups()
         self._evictions = 0
         self._num_cached = 0  # hashed blocks in the free queue
         self._tiers: TierStack | None = None
@@ -156,7 +168,7 @@ class PagedPrefixAllocator(PagedAllocator):
 
     def attach_tiers(self, tiers: TierStack) -> None:
         """Put the host (and disk) tiers behind this GPU prefix cache (before the first admit)."""
-        if self._seqs or self._queries:
+        if self._seqs or self._lookups.first.requests or self._lookups.preempted.requests:
             raise AllocatorError("attach_tiers before the first admit")
         self._tiers = tiers
 
@@ -252,18 +264,18 @@ class PagedPrefixAllocator(PagedAllocator):
         # the tiers are looked up after the fresh blocks are taken: a write-back store of a block
         # those evicted may push a chunk out of the host tier, which must not count as a hit
         loaded = self._tier_hits(prompt, len(hits), parent, queries) if self._tiers is not None else ()
+        preempted = seq_id in self._lookups.preempted_ids
         if loaded:
-            self._register_loaded(table, len(hits), loaded, hashes)
+            self._register_loaded(table, len(hits), loaded, hashes, preempted)
         cached = (len(hits) + len(loaded)) * bs
         self._seqs[seq_id] = _PrefixSeq(table, cached, len(prompt), max_len, list(prompt), hashes, True)
-        self._queries += queries
-        self._query_tokens += max(len(prompt) - 1, 0)
-        self._hits += len(hits)
+        self._lookups.record(seq_id, queries=queries, hits=len(hits), query_tokens=max(len(prompt) - 1, 0),
+                             hit_tokens=len(hits) * bs)
         if self.debug:
             self.check_invariants()
         return Admission(Fit.OK, num_cached_tokens=cached)
 
-    def _register_loaded(self, table: list[int], start: int, loaded, hashes: list[int]) -> None:
+    def _register_loaded(self, table: list[int], start: int, loaded, hashes: list[int], preempted: bool) -> None:
         """Book the chunks loaded from the tiers into the fresh blocks ``table[start:]``."""
         tiers = self._tiers
         counts: dict[tuple[int, str], list[int]] = {}
@@ -276,7 +288,7 @@ class PagedPrefixAllocator(PagedAllocator):
                 self._block_hash[block] = h
                 self._block_key[block] = key
                 self._block_pos[block] = i
-        tiers.load_many([(chunk, where, tuple(blocks)) for (chunk, where), blocks in counts.items()])
+        tiers.load_many([(chunk, where, tuple(blocks)) for (chunk, where), blocks in counts.items()], preempted)
 
     _tracks_ids = True
 
@@ -366,6 +378,9 @@ class PagedPrefixAllocator(PagedAllocator):
     def free(self, seq_id: int) -> None:
         self._uncommitted.discard(seq_id)
         super().free(seq_id)
+
+    def note_preempted(self, seq_id: int) -> None:
+        self._lookups.note_preempted(seq_id)
 
     def _hash_full_blocks(self, seq: _PrefixSeq) -> None:
         """Hash the sequence's newly full blocks whose ids are known and register those whose
@@ -462,11 +477,7 @@ class PagedPrefixAllocator(PagedAllocator):
 
     def stats(self) -> dict[str, float | int | None]:
         out = super().stats()
-        out["prefix_queries"] = self._queries
-        out["prefix_hits"] = self._hits
-        out["prefix_hit_rate"] = self._hits / self._queries if self._queries else None
-        # cached tokens over prompt tokens (bar the last): comparable across block sizes
-        out["prefix_token_hit_rate"] = self._hits * self.block_size / self._query_tokens if self._query_tokens else None
+        out.update(self._lookups.stats())
         out["cached_free_blocks"] = self._num_cached
         out["evictions"] = self._evictions
         if self._tiers is not None:
@@ -474,16 +485,16 @@ class PagedPrefixAllocator(PagedAllocator):
         return out
 
     def _tier_stats(self) -> dict[str, float | int | None]:
-        """Token hit rates per tier and in total (over prompt tokens bar the last), bytes moved."""
-        tiers, q = self._tiers, self._query_tokens
-        gpu = self._hits * self.block_size
-        host, disk = tiers.hit_tokens["host"], tiers.hit_tokens["disk"]
-        rate = (lambda n: n / q if q else None)
+        """Token hit rates per tier and in total (over prompt tokens bar the last) of first
+        admissions (``tier_hit_rate_*``) and of re-admissions after a preemption
+        (``preempted_tier_hit_rate_*``), bytes moved."""
+        tiers = self._tiers
         out: dict[str, float | int | None] = {
-            "tier_hit_rate_gpu": rate(gpu), "tier_hit_rate_host": rate(host),
-            "tier_hit_rate_disk": rate(disk) if tiers.disk is not None else None,
-            "tier_hit_rate_total": rate(gpu + host + disk),
-            "tier_recompute_tokens_saved": host + disk,
+            **tier_rates("tier_hit_rate", self._lookups.first, tiers.hit_tokens, tiers.disk is not None),
+            **tier_rates("preempted_tier_hit_rate", self._lookups.preempted, tiers.preempted_hit_tokens,
+                         tiers.disk is not None),
+            # every load saved its recompute, a re-admission's too
+            "tier_recompute_tokens_saved": sum(tiers.hit_tokens.values()) + sum(tiers.preempted_hit_tokens.values()),
             "tier_host_evictions": tiers.host.evictions,
             "tier_host_used_bytes": tiers.host.used_bytes,  # held at the end of the run
             "tier_disk_used_bytes": tiers.disk.used_bytes if tiers.disk is not None else None,

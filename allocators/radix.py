@@ -16,7 +16,8 @@ known (a grow past the prompt with ``token_ids=None`` ends what the sequence can
 * Match on admit: the longest run of whole pages of ``prompt[:-1]`` found in the tree (the last
   prompt token is always computed); a node matched in part is split. Hits are shared (ref + 1)
   and reported as ``num_cached_tokens``. ``prefix_queries`` / ``prefix_hits`` count pages,
-  as ``paged_prefix`` counts blocks, so the two hit rates compare.
+  as ``paged_prefix`` counts blocks, so the two hit rates compare; a re-admission after a
+  preemption counts apart (``preempted_*``, ``allocators.prefix_stats``).
 * Block states: live (ref > 0, in some table), cached (ref 0, in the tree), free (neither).
   ``len(self._free)`` counts free + cached: the room a sequence can take.
 * Eviction: a free block is taken first; when none is left, the ``eviction`` policy
@@ -47,6 +48,7 @@ from dataclasses import dataclass, field
 from allocators.base import Admission, AllocatorError, Fit, MemoryUsage, ceil_div
 from allocators.paged import PagedAllocator, _PagedSeq
 from allocators.paged_prefix import eviction_policy
+from allocators.prefix_stats import PrefixLookups
 from allocators.run_sums import RunSums
 
 
@@ -101,9 +103,7 @@ class RadixAllocator(PagedAllocator):
         self._node_of: list[_Node | None] = [None] * self.num_blocks
         self._policy = eviction_policy(eviction, self.num_blocks)  # keys: evictable leaves (lazily)
         self._clock = 0
-        self._queries = 0
-        self._query_tokens = 0  # prompt tokens that could have hit: len(prompt) - 1 per admit
-        self._hits = 0
+        self._lookups = PrefixLookups()
         self._evictions = 0
 
     # -- room: free blocks, then cached ones by eviction ---------------------------------------
@@ -285,9 +285,8 @@ class RadixAllocator(PagedAllocator):
         table = hits + self._take_fresh(fresh)
         cached = len(hits) * self.block_size
         self._seqs[seq_id] = _RadixSeq(table, cached, len(tokens), max_len, tokens, True, cached)
-        self._queries += queries
-        self._query_tokens += max(len(prompt) - 1, 0)
-        self._hits += len(hits)
+        self._lookups.record(seq_id, queries=queries, hits=len(hits), query_tokens=max(len(prompt) - 1, 0),
+                             hit_tokens=cached)
         if self.debug:
             self.check_invariants()
         return Admission(Fit.OK, num_cached_tokens=cached)
@@ -315,6 +314,9 @@ class RadixAllocator(PagedAllocator):
                     self._insert(seq, pages, dropping=False)
         if self.debug:
             self.check_invariants()
+
+    def note_preempted(self, seq_id: int) -> None:
+        self._lookups.note_preempted(seq_id)
 
     def free(self, seq_id: int) -> None:
         seq = self._seqs.get(seq_id)
@@ -383,11 +385,7 @@ class RadixAllocator(PagedAllocator):
 
     def stats(self) -> dict[str, float | int | None]:
         out = super().stats()
-        out["prefix_queries"] = self._queries
-        out["prefix_hits"] = self._hits
-        out["prefix_hit_rate"] = self._hits / self._queries if self._queries else None
-        # cached tokens over prompt tokens (bar the last): comparable across block sizes
-        out["prefix_token_hit_rate"] = self._hits * self.block_size / self._query_tokens if self._query_tokens else None
+        out.update(self._lookups.stats())
         out["cached_free_blocks"] = self._free.cached
         out["evictions"] = self._evictions
         return out

@@ -24,7 +24,8 @@ tiers in prefix order (``head_first``: under LRU a prefix's head is the older, e
 reversed (``tail_first``: its tail goes first and its head, which every later hit needs, stays;
 vLLM's offloading manager ranks a request's chunks so). ``store_many`` and ``load_many`` apply it.
 
-Counters: tokens served per tier, bytes moved per direction, transfers, the host tier's bytes
+Counters: tokens served per tier (to first admissions, and apart to re-admissions of preempted
+sequences: ``hit_tokens``, ``preempted_hit_tokens``), bytes moved per direction, transfers, the host tier's bytes
 per category (now and at peak); ``take_loads()`` drains the loads since the last call (the
 engine times them per step); ``step_row()`` gives the bytes held per tier and category now and
 the bytes moved since its last call (the engine's per-step columns).
@@ -152,7 +153,8 @@ class TierStack:
                      if disk_bytes else None)
         self.clock = 0
         self.loads = Loads()
-        self.hit_tokens = {"host": 0, "disk": 0}
+        self.hit_tokens = {"host": 0, "disk": 0}  # served to first admissions
+        self.preempted_hit_tokens = {"host": 0, "disk": 0}  # served to re-admissions after a preemption
         self.bytes_moved = {"gpu_to_host": 0, "host_to_gpu": 0, "host_to_disk": 0, "disk_to_gpu": 0}
         self.peak_host_bytes = {"cached": 0, "swap": 0, "total": 0}
         self._moved_seen = dict(self.bytes_moved)  # bytes_moved at the last step_row()
@@ -177,9 +179,10 @@ class TierStack:
             return "disk"
         return None
 
-    def load(self, key: int, tier: str, blocks: int, gpu_blocks: tuple[int, ...] = ()) -> None:
+    def load(self, key: int, tier: str, blocks: int, gpu_blocks: tuple[int, ...] = (), preempted: bool = False) -> None:
         """``blocks`` GPU blocks of chunk ``key`` come from ``tier`` (an access there): its last
-        ``blocks`` blocks, into ``gpu_blocks`` when copies are tracked."""
+        ``blocks`` blocks, into ``gpu_blocks`` when copies are tracked; ``preempted``: for the
+        re-admission of a preempted sequence (its tokens counted apart)."""
         self.clock += 1
         if self.copies is not None:
             self.copies.append(TierCopy("load", key, gpu_blocks, self.chunk_blocks - blocks))
@@ -194,13 +197,14 @@ class TierStack:
             self.loads.disk_bytes += nbytes
             self.loads.disk_transfers += 1
             self.bytes_moved["disk_to_gpu"] += nbytes
-        self.hit_tokens[tier] += blocks * (self.chunk_tokens // self.chunk_blocks)
+        served = self.preempted_hit_tokens if preempted else self.hit_tokens
+        served[tier] += blocks * (self.chunk_tokens // self.chunk_blocks)
 
-    def load_many(self, loads: list[tuple[int, str, tuple[int, ...]]]) -> None:
+    def load_many(self, loads: list[tuple[int, str, tuple[int, ...]]], preempted: bool = False) -> None:
         """One admission's chunks found in the tiers, (chunk key, tier, GPU blocks) in prefix
         order: each loaded, then accessed as computed, in the store order."""
         for key, tier, gpu_blocks in (reversed(loads) if self.tail_first else loads):
-            self.load(key, tier, len(gpu_blocks), gpu_blocks)
+            self.load(key, tier, len(gpu_blocks), gpu_blocks, preempted)
             self.computed(key)
 
     def take_loads(self) -> Loads:

@@ -41,6 +41,10 @@ LATER_SUMMARY = ("policy", "preemption_victim", "keep_arrival_order", "aging_bou
                  # issue 53: the workload's seed as used (the run's seed unless set; tests/test_seeds.py)
                  "workload_seed")
 LATER_SUMMARY_PREFIXES = ("prio",)
+# issue 53: re-admissions after a preemption counted apart (prefix_hit_rate and prefix_token_hit_rate,
+# hashed, now count first admissions only; tests/test_prefix_stats.py pins the new columns)
+LATER_LOOKUP = ("prefix_requests",)
+LATER_LOOKUP_PREFIXES = ("preempted_",)
 # issue 34's offload columns, in every summary since (tests/test_offload.py pins them)
 LATER_OFFLOAD_PREFIXES = ("offload", "tier_")
 LATER_STEPS = ("logical_blocks", "physical_blocks")
@@ -155,7 +159,8 @@ def frame_hash(frame: pd.DataFrame, drop: tuple[str, ...] = ()) -> str:
 def summary_hash(summary: dict) -> str:
     row = {k: v for k, v in summary.items() if k not in VOLATILE_SUMMARY and k not in LATER_SUMMARY
            and not (k.startswith(LATER_SUMMARY_PREFIXES) and k[len("prio"):len("prio") + 1].isdigit())
-           and not k.startswith(LATER_OFFLOAD_PREFIXES)}
+           and not k.startswith(LATER_OFFLOAD_PREFIXES) and k not in LATER_LOOKUP
+           and not k.startswith(LATER_LOOKUP_PREFIXES)}
     for k, v in row.items():  # float bits, not their shortest repr
         if isinstance(v, float) and not math.isnan(v):
             row[k] = struct.pack("<d", v).hex()

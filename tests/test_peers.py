@@ -141,3 +141,15 @@ def test_engine_op_stream_replays_identically_on_vllm(name):
         assert op == "usage", (op, ours, theirs)
         assert ours[:3] == theirs[:3] and ours[3] + ours[4] == theirs[3] + theirs[4]
         assert theirs[4] > ours[4]  # vLLM holds the duplicates as cached
+    # hits counted as vLLM counts them: re-admissions of preempted sequences apart, in kvbench's
+    # books and in vLLM's own PrefixCacheStats (its hits in tokens)
+    from kvbench.run.lifecycle import PREEMPTED_LOOKUP_COLUMNS
+
+    stats = peer.stats()
+    for key in ("prefix_hit_rate", "prefix_token_hit_rate", *PREEMPTED_LOOKUP_COLUMNS):
+        assert stats[key] == summary[key], key
+    assert (stats["vllm_requests"], stats["vllm_preempted_requests"]) == (summary["prefix_requests"],
+                                                                          summary["preempted_requests"])
+    assert stats["vllm_preempted_hits"] == summary["preempted_hits"]
+    if name in ("sharegpt-pressure", "sharegpt-swap"):
+        assert summary["preempted_requests"] > 0

@@ -553,6 +553,10 @@ class Scheduler:
         self.num_preemptions += 1
         group.num_preemptions += 1
         held = sum(s.num_computed for s in group.seqs)
+        # its admissions from now on are re-admissions (vLLM: request.num_preemptions > 0): a
+        # prefix cache counts their lookups apart (allocators.prefix_stats)
+        for seq in group.seqs + [fork.child for fork in self._pending_forks.get(group.request_id, ())]:
+            self.allocator.note_preempted(seq.seq_id)
         group.queued_since = self.now
         if not self.cfg.keep_arrival_order:
             group.order_s = self.now

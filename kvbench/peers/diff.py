@@ -62,7 +62,7 @@ def _frozen(name: str, arg):
 class OpRecorder:
     """Forwards every call to ``inner`` and logs the seam calls with their answers."""
 
-    LOGGED = ("admit", "grow", "grow_many", "fork", "free", "commit", "usage", "take_copy_ops")
+    LOGGED = ("admit", "grow", "grow_many", "fork", "free", "note_preempted", "commit", "usage", "take_copy_ops")
 
     def __init__(self, inner: Allocator) -> None:
         self.inner = inner

@@ -19,6 +19,11 @@ Mapping onto the seam:
     uncached blocks and the partial last block) with copy ops.
   * A grow of tokens whose ids are unknown (``token_ids=None`` past the prompt) appends
     unique negative ids, so those blocks never match (kvbench: unhashable).
+  * ``note_preempted``: the request's later admissions are re-admissions; the adapter sets
+    ``Request.num_preemptions`` so that vLLM's own ``KVCacheManager.record_prefix_cache_stats``
+    (vllm/v1/core/kv_cache_manager.py, called at admission) files them under
+    ``PrefixCacheStats.preempted_*`` (vllm/v1/metrics/stats.py); ``stats()`` gives those
+    (``vllm_*``, tokens over ``request.num_tokens``) beside kvbench's split.
   * ``enable_caching=False`` is vLLM's prefix caching off: a plain paged pool, whose free
     queue reuses blocks last-in first-out (kvbench's ``paged`` reuses first-in first-out).
 """
@@ -49,6 +54,7 @@ from allocators.base import (
     refuse_never,
 )
 from allocators.paged import _empty_split
+from allocators.prefix_stats import PrefixLookups
 
 VLLM_VERSION = "0.33.0"  # the version the adapter and its differential tests were written against
 CACHE_AT = ("schedule", "commit")
@@ -83,7 +89,7 @@ class VllmV1Allocator(Allocator):
         init_none_hash(sha256)
         self._hasher = get_request_block_hasher(block_size, sha256) if enable_caching else None
         self._manager = KVCacheManager(config, max_model_len=self.num_slots, scheduler_block_size=block_size,
-                                       hash_block_size=block_size, enable_caching=enable_caching)
+                                       hash_block_size=block_size, enable_caching=enable_caching, log_stats=True)
         self._pool = self._manager.block_pool
         # read-only view of vLLM's per-request block lists (one full-attention group)
         self._req_blocks = self._manager.coordinator.single_type_managers[0].req_to_blocks
@@ -100,7 +106,7 @@ class VllmV1Allocator(Allocator):
         self._copy_ops: list[CopyOp] = []
         self._uncommitted: set[int] = set()
         self._unknown_ids = itertools.count(-1, -1)
-        self._queries = self._query_tokens = self._hits = 0
+        self._lookups = PrefixLookups()
         self._num_copy_ops = self._copied_slots = 0
 
     # -- helpers -----------------------------------------------------------------------------
@@ -136,6 +142,7 @@ class VllmV1Allocator(Allocator):
             return refusal
         need = ceil_div(len(prompt), self.block_size)
         request = self._request(seq_id, prompt, max_len)
+        request.num_preemptions = int(seq_id in self._lookups.preempted_ids)
         hit_blocks, num_hit, _ = self._manager.get_computed_blocks(request)
         blocks = self._manager.allocate_slots(request, len(prompt) - num_hit, num_hit, hit_blocks,
                                               delay_cache_blocks=True)
@@ -145,9 +152,9 @@ class VllmV1Allocator(Allocator):
         request.num_computed_tokens = num_hit
         self._seqs[seq_id] = _Seq(request, num_hit, len(prompt), max_len)
         if self.enable_caching and prompt:
-            self._queries += (len(prompt) - 1) // self.block_size
-            self._query_tokens += len(prompt) - 1
-            self._hits += num_hit // self.block_size
+            self._manager.record_prefix_cache_stats(request, num_hit)
+            self._lookups.record(seq_id, queries=(len(prompt) - 1) // self.block_size, hits=num_hit // self.block_size,
+                                 query_tokens=len(prompt) - 1, hit_tokens=num_hit)
         self._check()
         return Admission(Fit.OK, num_cached_tokens=num_hit)
 
@@ -202,6 +209,9 @@ class VllmV1Allocator(Allocator):
             self._num_copy_ops += 1
             self._copied_slots += j - i
             i = j
+
+    def note_preempted(self, seq_id: int) -> None:
+        self._lookups.note_preempted(seq_id)
 
     def free(self, seq_id: int) -> None:
         seq = self._seqs.pop(seq_id, None)
@@ -279,12 +289,11 @@ class VllmV1Allocator(Allocator):
     def stats(self) -> dict[str, float | int | None]:
         used, token, _, _ = self._split(None)
         caching = self.enable_caching
+        vllm = self._manager.prefix_cache_stats
         return {
-            "prefix_hit_rate": (self._hits / self._queries if self._queries else None) if caching else None,
-            "prefix_queries": self._queries if caching else None,
-            "prefix_hits": self._hits if caching else None,
-            "prefix_token_hit_rate": (self._hits * self.block_size / self._query_tokens
-                                      if caching and self._query_tokens else None),
+            **{key: value if caching else None for key, value in self._lookups.stats().items()},
+            **{f"vllm_{key}": getattr(vllm, key) if caching else None
+               for key in ("requests", "queries", "hits", "preempted_requests", "preempted_queries", "preempted_hits")},
             "cached_free_blocks": len(self.cached_blocks()) if caching else None,
             "evictions": self._evictions if caching else None,
             "logical_slots": sum(seq.num_tokens for seq in self._seqs.values()),

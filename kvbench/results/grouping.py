@@ -46,15 +46,15 @@ METRIC_COLUMNS: frozenset[str] = frozenset((
     "mean_prompt_len", "median_prompt_len", "mean_output_len", "median_output_len",
     "num_clipped", "workload_pool", "arrival_cv", "trace_reuse_ceiling", "num_refused_overlong",
     "num_steps", "swap_out_slots", "swap_in_slots", "mean_step_s", "page_maps", "page_unmaps", "evictions",
-    "prefix_token_hit_rate", "window_freed_slots",
+    "prefix_token_hit_rate", "window_freed_slots", "prefix_requests",
     # scheduling policies and the keep-up test (issues 36, 37)
     "max_queue_wait_s", "num_waited_over_bound", "jain_fairness_normalized_latency", "preempt_lost_tokens",
     "preempt_lost_tokens_per_preempted", "ttft_growth",
 ))  # fmt: skip
 METRIC_SUFFIXES: tuple[str, ...] = ("_ms", "_frac", "_throughput", "_per_token", "_per_s", "_hit_rate")
-# measured per priority class (prio0_p99_ttft_s) and per offload tier (tier_bytes_gpu_to_host); the
-# tiers' settings are the offload_* columns
-METRIC_PATTERN = re.compile(r"^(prio\d+_|tier_)")
+# measured per priority class (prio0_p99_ttft_s), per offload tier (tier_bytes_gpu_to_host) and for
+# re-admissions after a preemption (preempted_hits); the tiers' settings are the offload_* columns
+METRIC_PATTERN = re.compile(r"^(prio\d+_|tier_|preempted_)")
 # named like a measurement, yet what the run was given
 SETTING_OVERRIDES: frozenset[str] = frozenset(("request_rate",))
 

@@ -68,6 +68,8 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None, logger=None, run_id:
             progress.close()
     summary = _identity(cfg, prep, run_id) | out.summary | _serving(cfg, out) | _extras(cfg, prep, out)
     summary |= _offload_columns(cfg, prep, engine, out)  # not in the sim identity hashes (tests/sim_identity.py)
+    if cfg.engine.get("debug"):
+        check_reuse_ceiling(summary, len(requests))
     summary["granularity"] = granularity(summary)
     summary["wall_s"] = time.perf_counter() - wall0
     summary |= provenance()
@@ -80,6 +82,17 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None, logger=None, run_id:
     if logger is not None:
         _log(logger, summary, out, run_dir)
     return summary
+
+
+def check_reuse_ceiling(summary: dict, num_requests: int) -> None:
+    """No first-admission hit rate may pass the stream's reuse ceiling (an infinite cache hitting
+    each request once) when every request was admitted; re-admissions after a preemption are
+    counted apart (``preempted_*``) and may hit more."""
+    ceiling, total = summary.get("trace_reuse_ceiling"), summary.get("tier_hit_rate_total")
+    if ceiling is None or total is None or summary.get("prefix_requests") != num_requests:
+        return
+    assert total <= ceiling + 1e-12, f"first-admission token hit rate {total:.6f} passes the trace's reuse " \
+                                     f"ceiling {ceiling:.6f}"
 
 
 def _length_stats(requests) -> dict:
@@ -164,10 +177,11 @@ def _offload_columns(cfg: DictConfig, prep: Prepared, engine: Engine, out) -> di
                 "offload_store_order": None,
                 "tier_hit_rate_gpu": gpu_rate, "tier_hit_rate_host": None, "tier_hit_rate_disk": None,
                 "tier_hit_rate_total": gpu_rate, "tier_recompute_tokens_saved": None,
+                **_preempted_tier_rates(stats.get("preempted_prefix_token_hit_rate")),
                 **{key: None for key in TIER_BYTE_COLUMNS}, "tier_load_s": None}
     slot_bytes = prep.spec.geometry.bytes_per_slot
     host_now = tiers.host_bytes_by_category()
-    cols = {key: value for key, value in stats.items() if key.startswith("tier_")}
+    cols = {key: value for key, value in stats.items() if key.startswith(("tier_", "preempted_tier_"))}
     return cols | {
         "offload": str(cfg.offload.name),
         "offload_host_bytes": tiers.host.capacity_bytes,
@@ -187,6 +201,18 @@ def _offload_columns(cfg: DictConfig, prep: Prepared, engine: Engine, out) -> di
         "tier_host_peak_bytes": tiers.peak_host_bytes["total"],
         "tier_load_s": engine.load_s if _sim_tiers(cfg, prep) else None,  # hf: measured in swap_s
     }
+
+
+# a prefix cache's lookups, counted as vLLM v1 counts them (allocators.prefix_stats): first
+# admissions (prefix_hit_rate, prefix_token_hit_rate) and, apart, re-admissions after a preemption
+PREEMPTED_LOOKUP_COLUMNS = ("prefix_requests", "preempted_requests", "preempted_queries", "preempted_hits",
+                            "preempted_prefix_hit_rate", "preempted_prefix_token_hit_rate")
+
+
+def _preempted_tier_rates(gpu_rate: float | None) -> dict:
+    """Without tiers: the re-admissions' GPU and total rates are the prefix cache's own."""
+    return {"preempted_tier_hit_rate_gpu": gpu_rate, "preempted_tier_hit_rate_host": None,
+            "preempted_tier_hit_rate_disk": None, "preempted_tier_hit_rate_total": gpu_rate}
 
 
 def _sim_tiers(cfg: DictConfig, prep: Prepared) -> bool:
@@ -239,7 +265,7 @@ def _extras(cfg: DictConfig, prep: Prepared, out) -> dict:
     }
     stats = prep.allocator.stats()  # strategy counters over the run (None where they do not apply)
     for key in ("tokens_per_page", "page_maps", "page_unmaps", "evictions", "prefix_token_hit_rate",
-                "window_freed_slots"):
+                "window_freed_slots", *PREEMPTED_LOOKUP_COLUMNS):
         extras[key] = stats.get(key)
     for key in ("attention_s", "forward_s", "sampling_s", "copy_s", "swap_s", "schedule_s"):
         total = float(steps[key].sum()) if key in steps and len(steps) else float("nan")
