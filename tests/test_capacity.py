@@ -110,7 +110,7 @@ def _grid_limit(tmp_path, allocator: str, rates) -> float:
 
 def _check_against_grid(tmp_path, allocators, tolerance, grids):
     lines: list[str] = []
-    answers, folder = capacity([f"allocator={','.join(allocators)}", f"results_dir={tmp_path / 'cap'}", *TINY],
+    answers, folder, _ = capacity([f"allocator={','.join(allocators)}", f"results_dir={tmp_path / 'cap'}", *TINY],
                                SLO_TEXT, low=1.0, high=32.0, tolerance=tolerance, out=lines.append)
     saved = json.loads((folder / "capacity.json").read_text())
     index = [json.loads(line) for line in (tmp_path / "cap" / "index.jsonl").read_text().splitlines()]

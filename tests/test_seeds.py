@@ -146,3 +146,48 @@ def test_the_report_shows_the_seeds_used_n_sd_and_the_interval(tmp_path):
     assert "seeds: seed 0, 1, 2; workload_seed 10, 11, 12." in page
     assert "request_throughput sd" in page and "request_throughput ci95" in page
     assert "1.528" in page and "3.795" in page  # paged's sd and half-width, as the table prints them
+
+
+# --- kvbench-capacity over seeds --------------------------------------------------------------------
+TINY_CAPACITY = ["allocator=orca-pow2", "workload.num_requests=20", "workload.distribution=uniform",
+                 "workload.prompt_min=16", "workload.prompt_max=64", "workload.output_min=16",
+                 "workload.output_max=64", "engine.kv_cache_bytes=500000000", "logger=none"]
+
+
+def test_capacity_over_two_seeds_answers_per_seed_and_overall(tmp_path):
+    from kvbench.tools.capacity import capacity
+
+    search = dict(slo_text="p99_ttft_ms=500", low=1.0, high=32.0, tolerance=0.5, out=lambda line: None)
+    answers, folder, [overall] = capacity([f"results_dir={tmp_path / 'cap'}", *TINY_CAPACITY], seeds=[0, 3],
+                                          **search)
+    assert [a.seed for a in answers] == [0, 3]
+    for answer in answers:  # each seed's answer is that seed's own search
+        [alone], _, none = capacity([f"results_dir={tmp_path / f'seed{answer.seed}'}", *TINY_CAPACITY,
+                                     f"seed={answer.seed}"], **search)
+        assert (alone.sustained, alone.failed_at) == (answer.sustained, answer.failed_at) and none == []
+    a0, a3 = answers[0].sustained, answers[1].sustained
+    assert a0 != a3  # the two seeds' streams differ, and so do their answers
+    assert overall.sustained == min(a0, a3) and overall.failed_at == min(a.failed_at for a in answers)
+    # the spread of two answers: sd = |a0 - a3| / sqrt 2; 95% half-width t(0.975, 1) * sd / sqrt 2
+    assert overall.n == 2 and overall.mean == pytest.approx((a0 + a3) / 2)
+    assert overall.sd == pytest.approx(abs(a0 - a3) / 2 ** 0.5)
+    assert overall.ci95 == pytest.approx(12.7062047 * abs(a0 - a3) / 2)
+    saved = json.loads((folder / "capacity.json").read_text())
+    assert saved["seeds"] == [0, 3] and saved["overall"][0]["sustained"] == overall.sustained
+    index = [json.loads(line) for line in (tmp_path / "cap" / "index.jsonl").read_text().splitlines()]
+    assert {row["seed"] for row in index} == {0, 3} and all(r["seed"] == r["workload_seed"] for r in index)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--seeds", "0,x"], "--seeds: a comma-separated list"),
+    (["--seeds", "1,1"], "--seeds: distinct"),
+    (["seed=2", "--seeds", "0,1"], "seed: --seeds sets the run seed"),
+    (["workload.seed=2", "--seeds", "0,1"], "workload.seed: --seeds sets the run seed"),
+])
+def test_capacity_seeds_bad_input_is_one_line_exit_2(tmp_path, capsys, args, message):
+    from kvbench.tools.capacity import main
+
+    code = main([f"results_dir={tmp_path / 'res'}", *args, "--slo", "p99_ttft_ms=1"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and message in err, err
+    assert not (tmp_path / "res").exists()

@@ -10,6 +10,11 @@ index row, the run dir under ``<results_dir>/runs/<experiment>/<capacity id>/``,
 ``kvbench-plot`` and ``kvbench-report`` read as a sweep dir); ``capacity.json`` there holds the
 answer and the probes. The answer is the highest value that held: the true limit lies between it
 and the value that failed. It assumes the SLO, once broken, stays broken at higher load.
+
+``--seeds 0,1,2`` repeats the search once per seed (``seed=<s>``: each draws its own stream) and
+answers per seed and overall: the highest value that held on every seed (the lowest of the
+per-seed answers) and their spread (n, mean, sd, 95% Student t interval). One seed of a short
+stream is one sample of a noisy P99; a publishable capacity repeats it.
 """
 from __future__ import annotations
 
@@ -32,6 +37,7 @@ from kvbench.config.conflicts import first_refusal
 from kvbench.config.errors import CONF_DIR
 from kvbench.metrics import parse_percentiles
 from kvbench.results.naming import allocator_label
+from kvbench.results.repeats import spread_of
 from kvbench.results.store import atomic_write
 from kvbench.run.ids import new_run_id
 from kvbench.run.lifecycle import run
@@ -65,14 +71,64 @@ class Answer:
     failed_at: float | None  # None: it held up to the ceiling
     probes: list[Probe] = field(default_factory=list)
     wall_s: float = 0.0
+    seed: int | None = None  # the run seed of this search (--seeds); None: the config's
 
     def line(self, unit: str) -> str:
         took = f"{len(self.probes)} probes, {self.wall_s:.1f} s"
+        if self.seed is not None:
+            took = f"seed {self.seed}, {took}"
         if self.sustained is None:
             return f"{self.label}: below {self.failed_at:g} {unit} (fails at the lowest probe); {took}"
         if self.failed_at is None:
             return f"{self.label}: at least {self.sustained:g} {unit} (held up to --high); {took}"
         return f"{self.label}: sustains {self.sustained:g} {unit} (fails at {self.failed_at:g}); {took}"
+
+
+@dataclass
+class Overall:
+    """One allocator over several seeds: ``sustained`` held on every seed (the lowest per-seed
+    answer), ``failed_at`` the lowest value that failed on some seed; the per-seed answers' spread."""
+    label: str
+    seeds: list[int]
+    sustained: float | None  # None: some seed fails already at the lowest value
+    failed_at: float | None  # None: every seed held up to the ceiling
+    per_seed: list[float | None]
+    n: int = 0
+    mean: float = math.nan
+    sd: float = math.nan
+    ci95: float = math.nan  # half-width of the 95% t interval of the mean per-seed answer
+
+    @classmethod
+    def of(cls, label: str, answers: Sequence[Answer]) -> "Overall":
+        per_seed = [a.sustained for a in answers]
+        failed = [a.failed_at for a in answers if a.failed_at is not None]
+        held = None if any(v is None for v in per_seed) else min(per_seed)
+        spread = spread_of(v for v in per_seed if v is not None)
+        return cls(label, [int(a.seed) for a in answers], held, min(failed) if failed else None, per_seed,
+                   spread.n, spread.mean, spread.sd, spread.half)
+
+    def line(self, unit: str) -> str:
+        values = ", ".join("below" if v is None else f"{v:g}" for v in self.per_seed)
+        spread = (f"mean {self.mean:.4g}, sd {self.sd:.3g}, 95% interval ±{self.ci95:.3g}" if self.n > 1
+                  else "no spread: one seed held")
+        where = f"{len(self.seeds)} seeds ({', '.join(map(str, self.seeds))}): {values}; {spread}"
+        if self.sustained is None:
+            return f"{self.label} overall: fails at the lowest probe on some seed; {where}"
+        bound = f" (fails at {self.failed_at:g} on some seed)" if self.failed_at is not None else ""
+        return f"{self.label} overall: {self.sustained:g} {unit} holds on every seed{bound}; {where}"
+
+
+def parse_seeds(text: str | None) -> list[int] | None:
+    """``--seeds 0,1,2`` as run seeds; None when not given (one search on the config's seed)."""
+    if text is None:
+        return None
+    try:
+        seeds = [int(part) for part in text.split(",")]
+    except ValueError:
+        raise CapacityError(f"--seeds: a comma-separated list of whole numbers >= 0, e.g. 0,1,2; got {text!r}") from None
+    if any(seed < 0 for seed in seeds) or len(set(seeds)) != len(seeds):
+        raise CapacityError(f"--seeds: distinct whole numbers >= 0; got {text!r}")
+    return seeds
 
 
 def search(probe: Callable[[float], Probe], low: float, high: float, tolerance: float, growth: float = 2.0,
@@ -103,9 +159,9 @@ def search(probe: Callable[[float], Probe], low: float, high: float, tolerance: 
     return held, failed, probes
 
 
-def split_allocators(overrides: Sequence[str], knob: str) -> tuple[list[str], list[str]]:
+def split_allocators(overrides: Sequence[str], knob: str, seeds: bool = False) -> tuple[list[str], list[str]]:
     """The allocators to search (``allocator=a,b``) and the other overrides; refuses sweeps of
-    other keys and a value for the searched knob."""
+    other keys, a value for the searched knob, and with ``seeds`` (--seeds) a fixed seed."""
     allocators: list[str] = []
     rest: list[str] = []
     try:
@@ -116,6 +172,9 @@ def split_allocators(overrides: Sequence[str], knob: str) -> tuple[list[str], li
         key = override.key_or_group.lstrip("+~")
         if key == KNOBS[knob]:
             raise CapacityError(f"{key}: kvbench-capacity searches it; leave it out (set --low, --high)")
+        if seeds and (key == "seed" or key.endswith(".seed")):
+            raise CapacityError(f"{key}: --seeds sets the run seed of each search; leave {key} out "
+                                "(a fixed workload.seed would give every seed the same stream)")
         if key.startswith("hydra"):
             raise CapacityError(f"{key}: kvbench-capacity runs its probes itself; no hydra settings")
         if key == "allocator":
@@ -139,25 +198,26 @@ class HydraProber:
         self.out = out
         self.folder: Path | None = None
 
-    def overrides_for(self, allocator: str, value: float) -> list[str]:
+    def overrides_for(self, allocator: str, value: float, seed: int | None = None) -> list[str]:
         shown = int(value) if self.knob == "max_concurrency" else value
         extra = [f"allocator={allocator}"] if allocator else []
+        extra += [f"seed={seed}"] if seed is not None else []
         quiet = [] if any(o.split("=", 1)[0] == "progress" for o in self.overrides) else ["progress=false"]
         return [*self.overrides, *extra, f"{KNOBS[self.knob]}={shown}", *quiet]
 
-    def compose(self, allocator: str, value: float):
-        return compose(config_name="config", overrides=self.overrides_for(allocator, value),
+    def compose(self, allocator: str, value: float, seed: int | None = None):
+        return compose(config_name="config", overrides=self.overrides_for(allocator, value, seed),
                        return_hydra_config=True)
 
-    def check(self, allocator: str, value: float):
+    def check(self, allocator: str, value: float, seed: int | None = None):
         """The composed config of one probe, every pre-run check passed (kvbench errors raise)."""
-        cfg = self.compose(allocator, value)
+        cfg = self.compose(allocator, value, seed)
         check_job(cfg)
         first_refusal(cfg, self.overrides)  # a setting this probe would not read (kvbench.config.reads)
         return cfg
 
-    def probe(self, allocator: str, value: float) -> Probe:
-        cfg = self.check(allocator, value)
+    def probe(self, allocator: str, value: float, seed: int | None = None) -> Probe:
+        cfg = self.check(allocator, value, seed)
         if self.folder is None:
             self.folder = Path(str(cfg.results_dir)) / "runs" / str(cfg.experiment_name) / new_run_id()
         run_id = new_run_id()
@@ -174,6 +234,7 @@ class HydraProber:
         ok, detail = meets(summary, self.slo)
         probe = Probe(float(value), ok, detail, run_id, time.perf_counter() - t0)
         label = summary.get("allocator_label") or allocator
+        label += f" seed={seed}" if seed is not None else ""
         self.out(f"  probe {label} {KNOBS[self.knob]}={value:g}: {'holds' if ok else 'fails'} ({detail})")
         return probe
 
@@ -194,20 +255,26 @@ def write_json(path: Path, payload: dict) -> None:
 
 def capacity(overrides: Sequence[str], slo_text: str, knob: str = "request_rate", low: float = 0.5,
              high: float = 64.0, tolerance: float | None = None, growth: float = 2.0,
-             out: Callable[[str], None] = print) -> tuple[list[Answer], Path | None]:
-    """Search each allocator's highest knob value meeting the SLO; the answers and the probes' dir."""
+             out: Callable[[str], None] = print, seeds: Sequence[int] | None = None
+             ) -> tuple[list[Answer], Path | None, list[Overall]]:
+    """Search each allocator's highest knob value meeting the SLO, once per seed of ``seeds`` (None:
+    once, on the config's seed); the answers (allocator-major, seed-minor), the probes' dir, and
+    with ``seeds`` each allocator's overall answer."""
     integer = knob == "max_concurrency"
     tolerance = tolerance if tolerance is not None else (1.0 if integer else 0.1)
     if not (low > 0 and high >= low and tolerance > 0 and growth > 1) or (integer and low != int(low)):
         whole = " and a whole low" if integer else ""
         raise CapacityError(f"--low, --high, --tolerance, --growth: need 0 < low <= high, tolerance > 0, growth > 1"
                             f"{whole}; got {low:g}, {high:g}, {tolerance:g}, {growth:g}")
-    allocators, rest = split_allocators(overrides, knob)
+    runs_seeds: list[int | None] = list(seeds) if seeds else [None]
+    allocators, rest = split_allocators(overrides, knob, seeds=bool(seeds))
     answers: list[Answer] = []
+    overall: list[Overall] = []
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         prober = HydraProber(rest, knob, SLO({}), out)
         try:
-            first = [prober.check(a, low) for a in allocators]  # every allocator checked before any run
+            checked = [prober.check(a, low, seed) for a in allocators for seed in runs_seeds]  # before any run
+            first = checked[::len(runs_seeds)]
             metrics = first[0].get("metrics") or {}
             slo = parse_slo(slo_text, parse_percentiles(metrics.get("percentiles")), bool(metrics.get("goodput")))
         except _errors() as exc:
@@ -221,19 +288,34 @@ def capacity(overrides: Sequence[str], slo_text: str, knob: str = "request_rate"
             f"from {low:g} by x{growth:g} up to {high:g}")
         for allocator, cfg in zip(allocators, first):
             label = allocator or allocator_label(str(cfg.allocator.name), cfg.allocator.get("reserve"))
-            t0 = time.perf_counter()
-            try:
-                held, failed, probes = search(lambda v: prober.probe(allocator, v), low, high, tolerance,
-                                              growth, integer)
-            except _errors() as exc:
-                raise CapacityError(f"{label}: {str(exc).splitlines()[0]}") from None
-            answers.append(Answer(label, held, failed, probes, time.perf_counter() - t0))
+            mine = [_search(prober, allocator, label, seed, low, high, tolerance, growth, integer)
+                    for seed in runs_seeds]
+            answers += mine
+            if seeds:
+                overall.append(Overall.of(label, mine))
     if prober.folder is not None:
         write_json(prober.folder / "capacity.json", {
             "knob": KNOBS[knob], "slo": slo.bounds, "tolerance": tolerance, "low": low, "high": high,
-            "growth": growth, "overrides": list(overrides),
-            "answers": [asdict(a) for a in answers]})
-    return answers, prober.folder
+            "growth": growth, "overrides": list(overrides), "seeds": list(seeds) if seeds else None,
+            "answers": [asdict(a) for a in answers], "overall": [_strict(asdict(o)) for o in overall]})
+    return answers, prober.folder, overall
+
+
+def _search(prober: HydraProber, allocator: str, label: str, seed: int | None, low: float, high: float,
+            tolerance: float, growth: float, integer: bool) -> Answer:
+    """One allocator's search on one seed."""
+    t0 = time.perf_counter()
+    try:
+        held, failed, probes = search(lambda v: prober.probe(allocator, v, seed), low, high, tolerance,
+                                      growth, integer)
+    except _errors() as exc:
+        raise CapacityError(f"{label}: {str(exc).splitlines()[0]}") from None
+    return Answer(label, held, failed, probes, time.perf_counter() - t0, seed)
+
+
+def _strict(row: dict) -> dict:
+    """NaN (no spread from one seed) as null: capacity.json is strict JSON."""
+    return {k: None if isinstance(v, float) and math.isnan(v) else v for k, v in row.items()}
 
 
 def parser() -> argparse.ArgumentParser:
@@ -248,6 +330,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--growth", type=float, default=2.0, help="bracketing factor (default %(default)s)")
     p.add_argument("--tolerance", type=float, help="bisection stops when the bracket is this narrow "
                    "(default 0.1 req/s, or 1 request in flight)")
+    p.add_argument("--seeds", help="search once per run seed, e.g. 0,1,2; answers per seed and overall "
+                   "(the highest value holding on every seed, and the spread); default: the config's seed")
     return p
 
 
@@ -255,8 +339,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     t0 = time.perf_counter()
     try:
-        answers, folder = capacity(args.overrides, args.slo, args.knob, args.low, args.high, args.tolerance,
-                                   args.growth, out=lambda line: print(line, flush=True))
+        answers, folder, overall = capacity(args.overrides, args.slo, args.knob, args.low, args.high,
+                                            args.tolerance, args.growth, out=lambda line: print(line, flush=True),
+                                            seeds=parse_seeds(args.seeds))
     except CapacityError as exc:
         print(f"kvbench-capacity: error: {exc}", file=sys.stderr)
         return 2
@@ -266,11 +351,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     unit = UNITS[args.knob]
     for answer in answers:
         print(answer.line(unit))
+    for summary in overall:
+        print(summary.line(unit))
     print(f"{sum(len(a.probes) for a in answers)} probes in {time.perf_counter() - t0:.1f} s; runs and "
           f"capacity.json in {folder}")
     below = [a for a in answers if a.sustained is None]
     if below:
-        print(f"kvbench-capacity: error: {below[0].label}: the SLO fails already at {KNOBS[args.knob]}="
+        seed = f" (seed {below[0].seed})" if below[0].seed is not None else ""
+        print(f"kvbench-capacity: error: {below[0].label}{seed}: the SLO fails already at {KNOBS[args.knob]}="
               f"{args.low:g}: below {args.low:g}; lower --low", file=sys.stderr)
         return 2
     return 0
