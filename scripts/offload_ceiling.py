@@ -30,7 +30,9 @@ POLICY_CASES: dict[str, list[str]] = {
 }
 COLUMNS = ("offload_store_order", "prefix_token_hit_rate", "tier_hit_rate_gpu", "tier_hit_rate_host", "tier_hit_rate_disk",
            "tier_hit_rate_total", "trace_reuse_ceiling", "tier_load_s", "tier_recompute_tokens_saved",
-           "num_finished", "num_refused_overlong", "num_preemptions", "mean_ttft_s", "p99_ttft_s", "request_throughput")
+           "num_finished", "num_refused_overlong", "num_preemptions", "mean_ttft_s", "p99_ttft_s", "request_throughput",
+           # re-admissions after a preemption, counted apart as vLLM counts them (allocators.prefix_stats)
+           "preempted_requests", "preempted_prefix_token_hit_rate", "preempted_tier_hit_rate_total")
 
 
 def run_case(name: str, overrides: list[str], duration: float, results: Path) -> dict:
@@ -69,7 +71,8 @@ def main(argv: list[str] | None = None) -> int:
             total = row["tier_hit_rate_total"] if row["tier_hit_rate_total"] is not None else row["prefix_token_hit_rate"]
             print(f"{name:20s} total hit {total:.4f}  ceiling {row['trace_reuse_ceiling']:.4f}  "
                   f"gpu {row['tier_hit_rate_gpu']}  host {row['tier_hit_rate_host']}  disk {row['tier_hit_rate_disk']}  "
-                  f"load_s {row['tier_load_s']}  mean_ttft_s {row['mean_ttft_s']:.3f}", flush=True)
+                  f"load_s {row['tier_load_s']}  mean_ttft_s {row['mean_ttft_s']:.3f}  "
+                  f"preempted {row['preempted_requests']} (total hit {row['preempted_tier_hit_rate_total']})", flush=True)
     if args.out is not None:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(rows, indent=1) + "\n")
