@@ -61,6 +61,8 @@ def validate(cfg) -> None:
     system = cfg.get("system")
     if system is not None:
         _choice(cfg, "system.scheduling", system.get("scheduling"), ("mixed", "prompt_first"))
+        # kvbench.sim.cost_model.MEMORY_PROFILES (not imported here: start-up time)
+        _choice(cfg, "system.memory_profile", system.get("memory_profile", "vllm-v1"), ("vllm-v1", "vllm-0.1"))
         for key in ("step_overhead_s", "seq_overhead_s", "sample_host_s", "eager_layer_issue_s"):
             value = system.get(key)
             if value is not None and (not isinstance(value, (int, float)) or value < 0 or math.isnan(value)):

@@ -274,6 +274,12 @@ READS: tuple[Read, ...] = (
     # every other field of a profile feeds the cost model (CostParams.from_configs)
     # system: the host side of the simulated system
     *_always("kvbench/engine/policies.py", "system.name", "system.scheduling"),
+    Read("system.memory_profile", PREPARE, _sim,
+         lambda c: "backend=hf sizes its pool from the device's free memory (engine.kv_cache_fraction); "
+                   "system.memory_profile is the sim backend's"),
+    Read("system.memory_profile", PREPARE, lambda c: c.engine.get("kv_cache_bytes") is None,
+         lambda c: f"engine.kv_cache_bytes={c.engine.kv_cache_bytes:g} wins (the pool is that size, nothing "
+                   "is profiled); it acts with engine.kv_cache_bytes=null"),
     *_rows(tuple(f"system.{k}" for k in ("step_overhead_s", "seq_overhead_s", "sample_host_s", "eager_layer_issue_s")),
            COST, _timed, _wall),
     *_rows(tuple(f"system.{k}" for k in ("disk_read_bandwidth", "disk_write_bandwidth", "disk_latency_s")),

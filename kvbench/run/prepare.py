@@ -51,6 +51,16 @@ class Prepared:
         return self.spec.device
 
 
+def _profiled_step(cfg: DictConfig):
+    """The forward whose peak the modelled vLLM profiles before sizing the pool (its system's)."""
+    from kvbench.sim.cost_model import profiled_step
+
+    eng, system = cfg.engine, cfg.get("system")
+    memory_profile = (system.get("memory_profile") if system is not None else None) or "vllm-v1"
+    return profiled_step(int(cfg.model.max_model_len), int(eng.max_num_batched_tokens), int(eng.max_num_seqs),
+                         bool(eng.chunked_prefill), str(memory_profile))
+
+
 def _kv_bytes(cfg: DictConfig, geometry: KVGeometry) -> tuple[int, str, str | None]:
     """KV memory in bytes, the device, and the GPU profile name (sim) for this run."""
     eng = cfg.engine
@@ -61,7 +71,8 @@ def _kv_bytes(cfg: DictConfig, geometry: KVGeometry) -> tuple[int, str, str | No
             kv = int(eng.kv_cache_bytes)
         else:
             try:
-                kv = int(kv_cache_bytes(cfg.model, cfg.gpu, eng.gpu_memory_utilization, geometry=geometry))
+                kv = int(kv_cache_bytes(cfg.model, cfg.gpu, eng.gpu_memory_utilization, _profiled_step(cfg),
+                                        geometry=geometry))
             except ValueError as exc:
                 raise ConfigError(f"model {cfg.model.name} on gpu {cfg.gpu.name}: {exc}") from None
         return kv, "sim", str(cfg.gpu.name)

@@ -76,8 +76,13 @@ KV memory (``kv_cache_bytes``): as vLLM's profiler does,
          + activation_bytes_per_gpu)
 
 with ``weight_bytes = num_params * dtype_bytes`` and the activation headroom the peak live
-activations of one layer of a profiling forward over ``max_num_batched_tokens`` tokens
-(activations are freed layer by layer in inference) plus fp32 logits of ``max_num_seqs`` rows.
+activations of one layer of a profiling forward (activations are freed layer by layer in
+inference) plus its fp32 logits. How many tokens and logits rows that forward has is the
+profiler's, per vLLM version (``system.memory_profile``, ``profiled_step``):
+
+    vllm-v1   tokens = max_num_batched_tokens, or max(that, max_model_len) without chunked
+              prefill; logits rows = min(tokens, max_num_seqs)
+    vllm-0.1  tokens = max_num_batched_tokens; logits rows = max_num_seqs
 
 Host-side costs (``step_overhead_s``, ``seq_overhead_s``, ``sample_host_s``) belong to the
 system being modelled, not the GPU: a system profile (``conf/system/*.yaml``, e.g. paper-era
@@ -186,7 +191,8 @@ DEFAULTS: dict[str, float] = {
 SAMPLING_PASSES = 4  # passes over one row of fp32 logits to sample: max, exp-sum, normalise, draw
 LOGIT_BYTES = 4  # logits are fp32
 DEFAULT_MAX_NUM_SEQS = 256  # vLLM's default max_num_seqs
-MIN_PROFILE_TOKENS = 2048  # vLLM profiles max(max_model_len, 2048) tokens by default
+DEFAULT_MAX_NUM_BATCHED_TOKENS = 2048  # vLLM v1's default step budget (vllm/config/scheduler.py SchedulerConfig)
+MEMORY_PROFILES = ("vllm-v1", "vllm-0.1")  # whose profiling forward sizes the pool (``profiled_step``)
 
 TIMING_KEYS = ("overhead_s", "forward_s", "attention_s", "sampling_s", "copy_s", "swap_s")
 
@@ -268,22 +274,57 @@ def weight_bytes(model) -> int:
     return num_params(model) * DTYPE_BYTES[model.dtype]
 
 
-def activation_bytes_per_gpu(
-    model, count: int = 1, max_num_batched_tokens: int | None = None, max_num_seqs: int = DEFAULT_MAX_NUM_SEQS
-) -> int:
-    """Peak live activations of a profiling forward (one layer at a time) plus fp32 logits.
+@dataclass(frozen=True, slots=True)
+class ProfiledStep:
+    """The dummy forward a vLLM profiler runs before it sizes the KV pool."""
+
+    tokens: int  # tokens in the forward
+    logit_rows: int  # rows of fp32 logits the sampler pass holds
+
+
+def profiled_step(max_model_len: int, max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS,
+                  max_num_seqs: int = DEFAULT_MAX_NUM_SEQS, chunked_prefill: bool = True,
+                  memory_profile: str = "vllm-v1") -> ProfiledStep:
+    """The profiling forward of ``memory_profile``'s vLLM for these engine limits.
+
+    vllm-v1: ``GPUModelRunner.profile_run`` (vllm/v1/worker/gpu_model_runner.py) runs
+    ``_dummy_run(max_num_tokens)``, ``max_num_tokens`` being the scheduler's
+    ``max_num_batched_tokens``, over ``min(tokens, max_num_seqs)`` requests whose last tokens
+    the sampler pass reads (``_dummy_sampler_run``); ``Worker.determine_available_memory``
+    (vllm/v1/worker/gpu_worker.py) takes the peak of that run. Without chunked prefill the
+    budget is at least ``max_model_len``: ``EngineArgs._set_default_max_num_seqs_and_batched_tokens_args``
+    (vllm/engine/arg_utils.py) raises the default to it and ``SchedulerConfig.verify_max_model_len``
+    (vllm/config/scheduler.py) refuses a smaller one; kvbench keeps a smaller step budget and
+    profiles as vLLM's default would.
+
+    vllm-0.1 (the paper-era engine, ``system=vllm-2023``): ``Worker.profile_num_available_blocks``
+    (vllm/worker/worker.py, vLLM 0.1.x; ``ModelRunner.profile_run`` in vllm/worker/model_runner.py
+    from 0.2.2 does the same) runs ``max_num_seqs`` prompts that share ``max_num_batched_tokens``
+    tokens, every one sampled; the budget is the configured one, whatever ``max_model_len``.
+    """
+    if memory_profile not in MEMORY_PROFILES:
+        raise ValueError(f"system.memory_profile must be one of {list(MEMORY_PROFILES)}, got {memory_profile!r}")
+    if memory_profile == "vllm-0.1":
+        return ProfiledStep(tokens=max_num_batched_tokens, logit_rows=max_num_seqs)
+    tokens = max_num_batched_tokens if chunked_prefill else max(max_num_batched_tokens, max_model_len)
+    return ProfiledStep(tokens=tokens, logit_rows=min(tokens, max_num_seqs))
+
+
+def activation_bytes_per_gpu(model, count: int = 1, step: ProfiledStep | None = None) -> int:
+    """Peak live activations of a profiling forward (one layer at a time) plus fp32 logits;
+    ``step``: that forward (``profiled_step``; None: vLLM v1's with its default limits).
 
     Per token: residual, normed input and attention output (3 x hidden, replicated across
     tensor-parallel ranks), the fused QKV output and the MLP's two intermediate tensors
     (sharded).
     """
-    if max_num_batched_tokens is None:
-        max_num_batched_tokens = max(int(model.max_model_len), MIN_PROFILE_TOKENS)
+    if step is None:
+        step = profiled_step(int(model.max_model_len))
     h, hd = int(model.hidden_size), int(model.head_size)
     qkv = (int(model.num_heads) + 2 * int(model.num_kv_heads)) * hd
     per_token = DTYPE_BYTES[model.dtype] * (3 * h + (qkv + 2 * int(model.intermediate_size)) / count)
-    logits = max_num_seqs * int(model.vocab_size) * LOGIT_BYTES
-    return int(max_num_batched_tokens * per_token + logits)
+    logits = step.logit_rows * int(model.vocab_size) * LOGIT_BYTES
+    return int(step.tokens * per_token + logits)
 
 
 def gpu_constant(gpu, name: str) -> float:
@@ -380,13 +421,13 @@ def kv_cache_bytes(
     model_cfg,
     gpu_cfg,
     utilization: float = 0.9,
-    max_num_batched_tokens: int | None = None,
-    max_num_seqs: int = DEFAULT_MAX_NUM_SEQS,
+    step: ProfiledStep | None = None,
     *,
     geometry: KVGeometry,
 ) -> int:
-    """KV memory of all ``gpu.count`` GPUs together (see the module docstring); ``geometry``: the
-    model's (``kvbench.config.spec.model_geometry``), which must hold at least one slot."""
+    """KV memory of all ``gpu.count`` GPUs together (see the module docstring); ``step``: the
+    profiling forward (``profiled_step``; None: vLLM v1's at its default limits); ``geometry``:
+    the model's (``kvbench.config.spec.model_geometry``), which must hold at least one slot."""
     _check_model(model_cfg)
     if not 0.0 < utilization <= 1.0:
         raise ValueError(f"utilization must be in (0, 1], got {utilization}")
@@ -395,7 +436,7 @@ def kv_cache_bytes(
     weights = weight_bytes(model_cfg)
     headroom = count * (
         gpu_constant(gpu_cfg, "runtime_reserved_bytes")
-        + activation_bytes_per_gpu(model_cfg, count, max_num_batched_tokens, max_num_seqs)
+        + activation_bytes_per_gpu(model_cfg, count, step)
     )
     kv = int(usable - weights - headroom)
     if kv < geometry.bytes_per_slot:
