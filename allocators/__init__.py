@@ -17,7 +17,9 @@
 
 block_size is a power of two for every strategy. ``eviction`` (paged_prefix, radix) orders the
 cached blocks' eviction: ``lru``, ``arc``, ``lfu`` (with aging), ``slru`` (``allocators.cache_policy``). ``stats()`` keys, all strategies:
-``prefix_hit_rate``, ``prefix_queries``, ``prefix_hits`` (None unless paged_prefix or radix),
+``prefix_hit_rate``, ``prefix_queries``, ``prefix_hits`` (None unless paged_prefix or radix; first
+admissions only, the re-admissions of preempted sequences apart as ``preempted_*``, after
+``note_preempted``: ``allocators.prefix_stats``),
 ``logical_slots`` (sum of num_tokens over live sequences: the slots they would hold without
 sharing), ``physical_slots`` (distinct slots holding computed tokens, == usage().token),
 ``allocated_slots``, ``live_sequences``, ``copy_ops``, ``copied_slots`` (queued so far).
