@@ -194,12 +194,15 @@ def read_table(path: Path, default_model: str) -> tuple[list[Row], list[str]]:
 
 class _Accepted:
     """The rows of the tables accepted so far, with what later tables are checked against: one
-    shape per model, no row twice."""
+    shape per model, each (model, TP degree) from one table (two tables of one, e.g. of two GPUs,
+    would be fitted as one), no row twice."""
 
     def __init__(self) -> None:
         self.shapes: dict[str, Row] = {}
         self.keys: dict[tuple, Row] = {}
+        self.groups: dict[tuple[str, int], Row] = {}
         self.rows: list[Row] = []
+        self.tables = 0
 
     def conflicts(self, rows: list[Row]) -> list[str]:
         """One line per row of a table that disagrees with an accepted row or an earlier one of its own."""
@@ -208,7 +211,11 @@ class _Accepted:
             first = shapes.setdefault(row.model, row)
             diff = [i for i, (a, b) in enumerate(zip(row.shape, first.shape)) if a != b]
             key = (row.model, tuple(sorted(row.values.items())))
-            if diff:
+            other = self.groups.get((row.model, row.tp))
+            if other is not None:
+                out.append(f"{row.where}: num_tensor_parallel_workers {row.tp} of model {row.model!r} is measured "
+                           f"in {other.where.rsplit(' row ', 1)[0]} already (one table per model and TP degree)")
+            elif diff:
                 field = SHAPE_FIELDS[diff[0]]
                 out.append(f"{row.where}: {field} {row.values[field]} differs from {first.values[field]} in "
                            f"{first.where} (model {row.model!r} has one shape)")
@@ -222,8 +229,10 @@ class _Accepted:
     def add(self, rows: list[Row]) -> None:
         for row in rows:
             self.shapes.setdefault(row.model, row)
+            self.groups.setdefault((row.model, row.tp), row)
             self.keys[(row.model, tuple(sorted(row.values.items())))] = row
         self.rows += rows
+        self.tables += 1
 
 
 def _skip_line(problems: list[str]) -> str:
@@ -282,7 +291,7 @@ def read_tables(directory: Path, gpu: str, strict: bool = False) -> Tables:
             raise TableError(skipped[0])
         raise TableError(f"--fit-ops: nothing under {directory} can be fitted ({len(skipped)} problems, one line "
                          f"each above)", skipped)
-    return Tables(opfit.groups_of(gpu, kept), skipped, len(files))
+    return Tables(opfit.groups_of(gpu, kept), skipped, accepted.tables)
 
 
 def held_out_label(groups: list[opfit.OpGroup]):
