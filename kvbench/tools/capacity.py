@@ -61,6 +61,7 @@ class Probe:
     detail: str  # what the run measured
     run_id: str | None = None
     wall_s: float = 0.0
+    bound: str | None = None  # what decided a failure: the SLO, the served fraction (kvbench.tools.slo.meets)
 
 
 @dataclass
@@ -78,10 +79,15 @@ class Answer:
         if self.seed is not None:
             took = f"seed {self.seed}, {took}"
         if self.sustained is None:
-            return f"{self.label}: below {self.failed_at:g} {unit} (fails at the lowest probe); {took}"
+            return f"{self.label}: below {self.failed_at:g} {unit} (fails at the lowest probe{self._decided()}); {took}"
         if self.failed_at is None:
             return f"{self.label}: at least {self.sustained:g} {unit} (held up to --high); {took}"
-        return f"{self.label}: sustains {self.sustained:g} {unit} (fails at {self.failed_at:g}); {took}"
+        return f"{self.label}: sustains {self.sustained:g} {unit} (fails at {self.failed_at:g}{self._decided()}); {took}"
+
+    def _decided(self) -> str:
+        """`` on the BOUND`` that failed at ``failed_at`` (the SLO, the served fraction or both)."""
+        bound = next((p.bound for p in self.probes if p.value == self.failed_at and not p.ok), None)
+        return f" on the {bound}" if bound else ""
 
 
 @dataclass
@@ -231,11 +237,11 @@ class HydraProber:
             raise
         finally:
             HydraConfig.instance().cfg = None
-        ok, detail = meets(summary, self.slo)
-        probe = Probe(float(value), ok, detail, run_id, time.perf_counter() - t0)
+        ok, detail, bound = meets(summary, self.slo)
+        probe = Probe(float(value), ok, detail, run_id, time.perf_counter() - t0, bound)
         label = summary.get("allocator_label") or allocator
         label += f" seed={seed}" if seed is not None else ""
-        self.out(f"  probe {label} {KNOBS[self.knob]}={value:g}: {'holds' if ok else 'fails'} ({detail})")
+        self.out(f"  probe {label} {KNOBS[self.knob]}={value:g}: {'holds' if ok else f'fails on the {bound}'} ({detail})")
         return probe
 
 
