@@ -2,9 +2,12 @@
 
 DIR holds measured tables in the CSV format of Vidur's ``mlp.csv`` (``kvbench/sim/data/vidur``):
 one row per (model, TP degree, token count) with the ``time_stats.<op>.median`` columns (ms) of
-``operators.OP_NAMES`` and the shape columns. Every ``*.csv`` or ``*.csv.gz`` under DIR is read;
-a file with a ``model`` column names its models, else the model is the file's folder (Vidur's
-``<org>/<model>/mlp.csv``) or, for a file of another name, its stem.
+``operators.OP_NAMES`` and the shape columns. Every ``*.csv`` or ``*.csv.gz`` under DIR is read
+once (links to folders followed); a file with a ``model`` column names its models, else the model
+is the file's folder (Vidur's ``<org>/<model>/mlp.csv``) or, for a file of another name, its stem.
+The tables are data from strangers: every field of every row is checked (``parse_row``), and a
+table with a bad row, or one that disagrees with a table read before, is left out with one line
+naming its file, row and field (``read_tables``; ``strict`` refuses instead).
 
 The profile written holds the spec figures given, both operator models' constants (``roofline``
 at the top level, ``fixed_floor`` in its own mapping), ``op_model`` (the one asked for) and, as
