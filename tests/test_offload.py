@@ -267,14 +267,15 @@ def test_a_host_tier_recovers_what_the_gpu_evicted_and_blocking_loads_cost_more(
 
 
 def test_swap_preemption_uses_the_host_tier_not_its_own_pool(tmp_path):
-    """With a tier on, engine.swap_space_bytes is not the limit: a host tier too small for any
-    swap turns every preemption into a recompute; a large one takes the swaps and holds their bytes."""
+    """With a tier on, engine.swap_space_bytes is not the limit: a host tier of one chunk (16
+    tokens of opt-13b, 16 x 819,200 bytes; a smaller one is refused) holds at most that much swapped
+    K/V at once, the other preemptions recompute; a large one takes the swaps and holds their bytes."""
     base = ["engine.preemption=swap", "engine.swap_space_bytes=4e9", "workload=sharegpt",
             "workload.num_requests=24", "engine.debug=true"]
-    tiny = _run(tmp_path, *base, "offload=host", "offload.host_gpu_multiple=null", "offload.host_bytes=1")
-    assert tiny["num_preemptions"] > 0 and tiny["swap_out_slots"] == 0 and tiny["tier_bytes_swap_out"] == 0
+    tiny = _run(tmp_path, *base, "offload=host", "offload.host_gpu_multiple=null", "offload.host_bytes=13107200")
+    assert tiny["num_preemptions"] > 0 and 0 < tiny["tier_host_peak_swap_bytes"] <= 13107200
     big = _run(tmp_path, *base, "offload=host", "offload.host_gpu_multiple=2.0")
-    assert big["num_preemptions"] > 0 and big["swap_out_slots"] > 0
+    assert big["num_preemptions"] > 0 and big["swap_out_slots"] > tiny["swap_out_slots"]
     slot_bytes = big["kv_bytes"] // big["kv_slots"]
     assert big["tier_bytes_swap_out"] == big["swap_out_slots"] * slot_bytes
     assert big["tier_bytes_swap_in"] == big["swap_in_slots"] * slot_bytes

@@ -47,8 +47,8 @@ def validate(cfg) -> None:
     check_rules(cfg)
 
     _choice(cfg, "allocator.name", cfg.allocator.name, sorted(STRATEGIES) + sorted(PEERS))
-    if "eviction" in cfg.allocator:  # null is no order, as for offload.policy (no hidden default)
-        _choice(cfg, "allocator.eviction", cfg.allocator.eviction, tuple(POLICIES))
+    if "eviction" in cfg.allocator and cfg.allocator.eviction is None:  # as offload.policy=null: no hidden default
+        _choice(cfg, "allocator.eviction", None, tuple(POLICIES))
     _choice(cfg, "backend.name", cfg.backend.name, ("sim", "hf"))
     eng = cfg.engine
     _positive_int("engine.max_num_batched_tokens", eng.max_num_batched_tokens)
