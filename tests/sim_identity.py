@@ -39,7 +39,9 @@ LATER_SUMMARY = ("policy", "preemption_victim", "keep_arrival_order", "aging_bou
                  *(f"mem_{kind}{part}_frac" for kind in ("full", "window", "chunked", "state") for part in ("", "_needed")),
                  "mem_needed_frac",
                  # issue 53: the workload's seed as used (the run's seed unless set; tests/test_seeds.py)
-                 "workload_seed")
+                 "workload_seed",
+                 # issue 53: the GPU profile whose operator fit timed the run (tests/test_cost_fit_source.py)
+                 "cost_fit_source")
 LATER_SUMMARY_PREFIXES = ("prio",)
 # issue 53: re-admissions after a preemption counted apart (prefix_hit_rate and prefix_token_hit_rate,
 # hashed, now count first admissions only; tests/test_prefix_stats.py pins the new columns)

@@ -15,7 +15,9 @@ import numpy as np
 from kvbench.batch import StepBatch, StepResult
 from kvbench.geometry import KVGeometry
 from kvbench.hf.cost_view import cost_params
-from kvbench.sim.cost_model import TIMING_KEYS, decode_run_times, op_constants_source, step_time, summarize
+from kvbench.sim.cost_model import (
+    TIMING_KEYS, cost_fit_source, decode_run_times, op_constants_source, step_time, summarize,
+)
 from kvbench.sim.padding import padded_summary
 
 DRAWS_AT_ONCE = 64  # from this many draws on, one getrandbits call is faster than the loop
@@ -29,7 +31,11 @@ class SimExecutor:
     def __init__(self, model_cfg, gpu_cfg, seed: int = 0, system_cfg=None, *, geometry: KVGeometry):
         # MoE, MLA: kvbench.hf.cost_view; ``geometry``: the run spec's (every KV byte count)
         self.params = cost_params(model_cfg, gpu_cfg, system_cfg, geometry=geometry)
-        logging.getLogger("kvbench").info("%s", op_constants_source(gpu_cfg))
+        log = logging.getLogger("kvbench")
+        if cost_fit_source(gpu_cfg) == str(getattr(gpu_cfg, "name", "?")):
+            log.info("%s", op_constants_source(gpu_cfg))
+        else:  # the step times are another GPU's fit: say so once, where a user reads warnings
+            log.warning("%s", op_constants_source(gpu_cfg))
         self.vocab_size = int(model_cfg.vocab_size)
         self._rng = random.Random(seed)
 

@@ -228,6 +228,14 @@ TIER_BYTE_COLUMNS = ("tier_bytes_gpu_to_host", "tier_bytes_host_to_gpu", "tier_b
                      "tier_host_peak_swap_bytes", "tier_host_peak_bytes")
 
 
+def _cost_fit_source(cfg: DictConfig) -> str | None:
+    """The GPU profile whose operator fit timed a sim run (None on hf)."""
+    if cfg.backend.name != "sim":
+        return None
+    from kvbench.sim.cost_model import cost_fit_source  # start-up time: the cost model's tables, sim only
+    return cost_fit_source(cfg.gpu)
+
+
 def _extras(cfg: DictConfig, prep: Prepared, out) -> dict:
     """Knobs and timing splits beyond the design's columns, for the studies and figures."""
     wl, eng = prep.spec.workload, cfg.engine
@@ -252,6 +260,8 @@ def _extras(cfg: DictConfig, prep: Prepared, out) -> dict:
         "max_num_batched_tokens": int(eng.max_num_batched_tokens),
         "attention": getattr(getattr(prep.executor, "ops", None), "name", None),  # resolved (hf only)
         "gpu_count": int(cfg.gpu.get("count", 1)) if cfg.backend.name == "sim" else None,
+        # the GPU profile whose operator fit timed the run (sim): its own, or the one it borrows
+        "cost_fit_source": _cost_fit_source(cfg),
         # step times: measured (wall) or the cost model's (virtual; always so on sim)
         "clock": str(eng.get("clock", "wall")) if cfg.backend.name == "hf" else "virtual",
         "num_clipped": prep.workload.meta.get("clipped_to_context"),  # requests cut to fit the model

@@ -391,6 +391,16 @@ def op_constants(gpu) -> dict[str, float]:
     return {key: float(value) for key, value in (FIXED_FLOOR_DEFAULTS | _own_op_constants(gpu)).items()}
 
 
+FIT_PROFILE = "a100-80gb"  # the GPU profile whose operator fit DEFAULTS and FIXED_FLOOR_DEFAULTS hold
+
+
+def cost_fit_source(gpu) -> str:
+    """The GPU profile whose operator fit times the run: the profile's own name when it sets every
+    operator constant of its op_model, else ``FIT_PROFILE``, whose fit fills the rest."""
+    own = _own_op_constants(gpu)
+    return str(getattr(gpu, "name", "?")) if len(own) == len(OP_MODELS[op_model(gpu)]) else FIT_PROFILE
+
+
 def op_constants_source(gpu) -> str:
     """One line naming where a profile's operator constants come from (for the run's log)."""
     name, model = getattr(gpu, "name", "?"), op_model(gpu)

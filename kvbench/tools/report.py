@@ -215,6 +215,16 @@ def _tmp_dir() -> str:
     return _TMP[0].name
 
 
+def cost_fit_text(runs: pd.DataFrame) -> str:
+    """Each simulated GPU profile and the profile whose operator fit timed it (``cost_fit_source``),
+    marked where it borrows another GPU's."""
+    if not {"gpu_profile", "cost_fit_source"} <= set(runs.columns):
+        return "-"
+    pairs = runs[["gpu_profile", "cost_fit_source"]].dropna().drop_duplicates()
+    return ", ".join(f"{gpu}: {fit}" + ("" if fit == gpu else " (borrowed: no operator fit of its own)")
+                     for gpu, fit in sorted(pairs.itertuples(index=False))) or "-"
+
+
 def provenance_section(runs: pd.DataFrame, source: str, argv: Sequence[str]) -> str:
     commits = runs.groupby(runs["commit"].map(cell) if "commit" in runs else pd.Series("-", index=runs.index),
                            dropna=False).size() if len(runs) else pd.Series(dtype=int)
@@ -232,7 +242,8 @@ def provenance_section(runs: pd.DataFrame, source: str, argv: Sequence[str]) -> 
             ("report written", time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())),
             ("runs from", f"{dates[0]} to {dates[-1]} (run ids' times)" if dates else "-"),
             ("commits", ", ".join(f"{c} ({n} runs)" for c, n in commits.items()) or "-"),
-            ("clean tree", ", ".join(clean))]
+            ("clean tree", ", ".join(clean)),
+            ("cost-model fit", cost_fit_text(runs))]
     shown = list(dict.fromkeys(commands))
     listing = "".join(f"<li><code>{html.escape(c)}</code></li>" for c in shown[:50])
     more = f"<p class='note'>and {len(shown) - 50} more</p>" if len(shown) > 50 else ""
