@@ -21,7 +21,7 @@ import pandas as pd  # noqa: E402
 import seaborn as sns  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 
-from kvbench.results.grouping import GroupingError, settings_that_vary, split  # noqa: E402
+from kvbench.results.grouping import GroupingError, distinct_settings, settings_that_vary, split  # noqa: E402
 from kvbench.results.store import (  # noqa: E402
     DEFAULT_INDEX,
     MEM_COLUMNS,
@@ -340,6 +340,7 @@ def name_unlike(figure: str, runs: pd.DataFrame, keys: Sequence[str], column: st
     extra: dict[str, None] = {}
     for part in split(runs, present):
         extra.update((c, None) for c in settings_that_vary(part, ignore=[*present, *DERIVED_COLUMNS]))
+    extra = dict.fromkeys(distinct_settings(runs, list(extra), given=present))
     if not extra:
         return runs
     out = runs.copy()

@@ -49,6 +49,8 @@ LATER_LOOKUP = ("prefix_requests",)
 LATER_LOOKUP_PREFIXES = ("preempted_",)
 # issue 34's offload columns, in every summary since (tests/test_offload.py pins them)
 LATER_OFFLOAD_PREFIXES = ("offload", "tier_")
+# issue 53: the run's config leaves as recorded settings (tests/test_record_settings.py pins them)
+LATER_RECORD_PREFIXES = ("cfg.", "cfg_keys")
 LATER_STEPS = ("logical_blocks", "physical_blocks")
 LATER_REQUESTS = ("priority", "queue_wait_s", "lost_tokens")
 
@@ -163,6 +165,7 @@ def summary_hash(summary: dict) -> str:
            and not (k.startswith(LATER_SUMMARY_PREFIXES) and k[len("prio"):len("prio") + 1].isdigit())
            and not k.startswith(LATER_OFFLOAD_PREFIXES) and k not in LATER_LOOKUP
            and not k.startswith(LATER_LOOKUP_PREFIXES)}
+    row = {k: v for k, v in row.items() if not k.startswith(LATER_RECORD_PREFIXES)}
     for k, v in row.items():  # float bits, not their shortest repr
         if isinstance(v, float) and not math.isnan(v):
             row[k] = struct.pack("<d", v).hex()

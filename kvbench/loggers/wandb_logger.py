@@ -8,7 +8,8 @@ What one run holds:
 - config: the resolved config flattened to ``a.b.c`` keys, ``allocator_label`` from the start,
   and the run's identity columns (``allocator``, ``block_size``, ``workload``,
   ``request_rate``, ...) as top-level keys once the summary is known, so workspaces group runs
-  by ``Config("allocator_label")``: Orca Max, Pow2 and Oracle stay apart;
+  by ``Config("allocator_label")``: Orca Max, Pow2 and Oracle stay apart; with them every
+  setting as the summary records it (``cfg.<key>`` and ``cfg_keys``, ``kvbench.results.settings``);
 - tags ``allocator=<label>``, ``reserve``, ``block_size``, ``workload``, ``request_rate``,
   ``experiment`` plus ``logger.tags``; the group is the sweep's (``logger.group``, else the one
   the app passes);
@@ -43,6 +44,7 @@ import wandb
 from kvbench.results.store import SUMMARY_COLUMNS
 
 from kvbench.results.naming import fields_from_config, run_name, run_tags
+from kvbench.results.settings import KEYS_COLUMN, is_recorded
 
 from .base import RATE_PREFIX, STEP_METRIC, STEP_PREFIX, Logger, compared_metrics, flatten_config
 
@@ -221,7 +223,9 @@ class WandbLogger(Logger):
         values = {k: (v.item() if isinstance(v, np.generic) else v) for k, v in values.items()}
         self.run.summary.update(compared_metrics(values))
         identity = {k: values[k] for k in (*IDENTITY_COLUMNS, "granularity", "max_concurrency") if k in values}
-        self.run.config.update(identity, allow_val_change=True)
+        # every setting as the summary records it (cfg.<key>, nulls too), so workspaces group as compare does
+        record = {k: v for k, v in summary.items() if is_recorded(k) or k == KEYS_COLUMN}
+        self.run.config.update(identity | record, allow_val_change=True)
         rate = _scalar(values.get("request_rate"))
         if rate is not None and math.isfinite(rate):  # a burst (rate inf) has no point
             point = {RATE_PREFIX + "request_rate": rate}

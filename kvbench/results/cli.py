@@ -12,7 +12,7 @@ import pandas as pd
 
 from kvbench.results.compare import (add_arguments, check_modes, check_output, check_sweep_dir, compare_or_export,
                                      note_all_null_sort, with_granularity)
-from kvbench.results.grouping import GroupingError, is_setting, settings_that_vary, split
+from kvbench.results.grouping import GroupingError, distinct_settings, is_setting, settings_that_vary, split
 from kvbench.results.naming import number
 from kvbench.results.query import QueryError, in_sweep, sort, where as select, with_labels
 from kvbench.results.reindex import check_index_path, clean, reindex
@@ -177,7 +177,8 @@ def hidden_settings(df: pd.DataFrame, shown: Sequence[str]) -> list[str]:
     found: dict[str, None] = {}
     for part in split(df, known):
         found.update((c, None) for c in settings_that_vary(part, ignore=[*shown, "granularity", "allocator"]))
-    return list(found)
+    given = [c for c in (*known, "granularity", "allocator") if c in df.columns]
+    return distinct_settings(df, list(found), given=given)
 
 
 def _maintain(index: Path, clean_dirs: bool, rebuild: bool) -> int:

@@ -23,15 +23,20 @@ from pathlib import Path
 
 import pandas as pd
 
-from kvbench.results.grouping import group_keys, numeric_metric, settings_that_vary, split, value_key
+from kvbench.results.grouping import (distinct_settings, group_keys, numeric_metric, settings_that_vary, split,
+                                      value_key)
 from kvbench.results.naming import cell, granularity, missing
 from kvbench.results.query import QueryError
 from kvbench.results.repeats import spread_of
+from kvbench.results.settings import KEYS_COLUMN, PREFIX
 from kvbench.results.store import REQUESTS_FILE, STEPS_FILE, SUMMARY_FILE, clean_summary
 
 # an allocator's own knobs: part of what is compared when allocators are
 ALLOCATOR_COLUMNS = ("allocator_label", "allocator", "reserve", "block_size", "granularity", "page_bytes",
                      "tokens_per_page")
+# the config group a compared summary column names (its recorded cfg.<group>.* leaves are its knobs)
+CONFIG_GROUP_OF = {"model": "model", "workload": "workload", "gpu_profile": "gpu", "backend": "backend",
+                   "system": "system", "offload": "offload"}
 DEFAULT_METRICS = ("request_throughput", "mean_ttft_ms", "p99_ttft_ms", "mean_tpot_ms")
 EXPORT_FORMATS = ("json", "csv")
 
@@ -176,17 +181,37 @@ def _knob_label(value: str, knobs: dict[str, object]) -> str:
     return f"{value} ({', '.join(f'{k}={value_text(v)}' for k, v in knobs.items())})" if knobs else value
 
 
+def _config_group(compared: str) -> str | None:
+    """The config group whose knobs the compared column names (allocator_label: allocator), or None."""
+    if compared in ALLOCATOR_COLUMNS:
+        return "allocator"
+    if compared.startswith(PREFIX):
+        return compared[len(PREFIX):].split(".", 1)[0]
+    return CONFIG_GROUP_OF.get(compared)
+
+
+def follows(compared: str, column: str) -> bool:
+    """Whether ``column`` is a knob of what ``compared`` names (an allocator's own knobs and recorded
+    ``cfg.allocator.*`` leaves when allocators are compared): it labels rows, never makes a group."""
+    group = _config_group(compared)
+    if group is None:
+        return False
+    return (column.startswith(f"{PREFIX}{group}.") or column == KEYS_COLUMN
+            or (group == "allocator" and column in ALLOCATOR_COLUMNS))
+
+
 def _row_knobs(df: pd.DataFrame, compared: str, labels: pd.Series, varying: list[str]) -> tuple[list[str], list[str]]:
-    """Split the settings that vary (other than the compared one) into group keys and the
-    allocator knobs that go into a row's label (they vary among runs of one compared value)."""
+    """Split the settings that vary (other than the compared one) into group keys and the knobs of
+    the compared thing that go into a row's label (they vary among runs of one compared value);
+    recorded leaves that split nothing further are left out (``distinct_settings``)."""
     group_by, in_label = [], []
     for column in varying:
-        if compared in ALLOCATOR_COLUMNS and column in ALLOCATOR_COLUMNS:
+        if follows(compared, column):
             if any(settings_that_vary(df[labels == value][[column]]) for value in dict.fromkeys(labels)):
                 in_label.append(column)
-            continue  # follows the compared allocator: not a group of its own
+            continue  # follows the compared value: not a group of its own
         group_by.append(column)
-    return group_by, in_label
+    return distinct_settings(df, group_by), distinct_settings(df, in_label, given=[compared])
 
 
 def _label_knobs(df: pd.DataFrame, text: pd.Series, value: str, in_label: list[str]) -> list[str]:

@@ -13,6 +13,14 @@ KV budget the run *requested* (its experiment file and ``engine.kv_cache_bytes``
 overrides), not the pool its allocator rounded it to (each rounds to its own unit), and
 ``num_requests`` as the count or duration asked for (a stream bounded by ``duration_s`` draws a
 count that varies with the seed), when the row recorded its overrides; else as recorded.
+
+Every run records each leaf of its resolved config as a ``cfg.<key>`` column and the set of keys
+it recorded as ``cfg_keys`` (``kvbench.results.settings``): each is a setting (a knob added to
+``conf/`` splits groups with no change here), but for the recorded seeds (``cfg.seed``,
+``cfg.workload.seed``), the repeat axis. Rows that record other keys differ in ``cfg_keys``; where
+a frame holds that column, a row without a record (an older schema) is a group of its own.
+``distinct_settings`` leaves out the recorded leaves that split nothing further than the columns
+beside them (``cfg.allocator.name`` beside ``allocator``), for tables and titles.
 """
 from __future__ import annotations
 
@@ -23,6 +31,8 @@ import re
 from collections.abc import Iterable, Sequence
 
 import pandas as pd
+
+from kvbench.results import settings as recorded
 
 SEED_COLUMN = "seed"
 # the seeds a run used besides the run's own (``workload_seed``: kvbench.config.seeds.seeds_used)
@@ -67,14 +77,14 @@ def is_setting(column: str) -> bool:
     """Whether ``column`` describes what a run was given (seed included)."""
     if column in RUN_IDENTITY_COLUMNS or column in DERIVED_POOL_COLUMNS:
         return False
-    if column in SETTING_OVERRIDES:
+    if column in SETTING_OVERRIDES or recorded.is_recorded(column):
         return True
     return column not in METRIC_COLUMNS and not column.endswith(METRIC_SUFFIXES) and not METRIC_PATTERN.match(column)
 
 
 def is_seed(column: str) -> bool:
     """Whether ``column`` is a seed the run used: the repeat axis, never averaged over as a setting."""
-    return column == SEED_COLUMN or column.endswith(SEED_SUFFIX)
+    return column == SEED_COLUMN or column.endswith(SEED_SUFFIX) or recorded.is_seed(column)
 
 
 def setting_columns(frame: pd.DataFrame, ignore: Iterable[str] = ()) -> list[str]:
@@ -173,10 +183,14 @@ def experiment_files(frame: pd.DataFrame) -> pd.Series:
 
 
 def setting_keys(frame: pd.DataFrame, column: str) -> pd.Series:
-    """The comparable key of each row's value of a setting column (REQUESTED_BY: what was asked for)."""
+    """The comparable key of each row's value of a setting column (REQUESTED_BY: what was asked for;
+    ``cfg_keys``: a row without a record is unlike every other row)."""
     if column in REQUESTED_BY:
         return requested_values(frame, column)
-    return pd.Series([value_key(v) for v in frame[column].tolist()], index=frame.index, dtype=object)
+    keys = [value_key(v) for v in frame[column].tolist()]
+    if column == recorded.KEYS_COLUMN:
+        keys = [("unrecorded", label) if key is None else key for key, label in zip(keys, frame.index)]
+    return pd.Series(keys, index=frame.index, dtype=object)
 
 
 def settings_that_vary(frame: pd.DataFrame, ignore: Iterable[str] = ()) -> list[str]:
@@ -187,6 +201,28 @@ def settings_that_vary(frame: pd.DataFrame, ignore: Iterable[str] = ()) -> list[
     if len(frame) < 2:
         return []
     return [c for c in setting_columns(frame, ignore) if len(set(setting_keys(frame, c))) > 1]
+
+
+def distinct_settings(frame: pd.DataFrame, columns: Sequence[str], given: Sequence[str] = ()) -> list[str]:
+    """``columns`` in order, less each recorded leaf (``cfg.*``, ``cfg_keys``) that splits the rows no
+    further than ``given``, the other columns and the leaves kept before it: rows split by the result
+    split as by all of ``columns``, without ``cfg.model.name`` repeating ``model``."""
+    plain = [c for c in columns if not _is_record(c)]
+    keys = list(group_keys(frame, [*given, *plain]))
+    count = len(set(keys))
+    kept = set(plain)
+    for column in columns:
+        if column in kept:
+            continue
+        finer = [(*key, part) for key, part in zip(keys, setting_keys(frame, column))]
+        if len(set(finer)) > count:
+            keys, count = finer, len(set(finer))
+            kept.add(column)
+    return [c for c in columns if c in kept]
+
+
+def _is_record(column: str) -> bool:
+    return recorded.is_recorded(column) or column == recorded.KEYS_COLUMN
 
 
 def group_keys(frame: pd.DataFrame, columns: Sequence[str]) -> pd.Series:

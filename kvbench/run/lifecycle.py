@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 import numpy as np
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from kvbench.config.errors import ConfigError
 from kvbench.config.seeds import seeds_used
@@ -19,6 +19,7 @@ from kvbench.engine.swap_space import HostTierSwap
 from kvbench.metrics import DEFAULT_PERCENTILES, parse_goodput, parse_percentiles, serving_metrics
 from kvbench.sim.offload import LoadCost
 from kvbench.results.naming import allocator_label, granularity, hydra_choice
+from kvbench.results.settings import excluded, record
 from kvbench.results.store import write_run
 from kvbench.run import signals
 from kvbench.run.console import _job_label, _progress_bar
@@ -73,6 +74,7 @@ def run(cfg: DictConfig, run_dir: str | Path | None = None, logger=None, run_id:
     summary["granularity"] = granularity(summary)
     summary["wall_s"] = time.perf_counter() - wall0
     summary |= provenance()
+    summary |= record(_resolved(cfg))  # every setting: cfg.<key> columns
     run_dir = Path(run_dir) if run_dir is not None else Path(cfg.results_dir) / "runs" / str(cfg.experiment_name) / run_id
     index = Path(cfg.results_dir) / "index.jsonl"
     if out.memmap is not None:
@@ -93,6 +95,13 @@ def check_reuse_ceiling(summary: dict, num_requests: int) -> None:
         return
     assert total <= ceiling + 1e-12, f"first-admission token hit rate {total:.6f} passes the trace's reuse " \
                                      f"ceiling {ceiling:.6f}"
+
+
+def _resolved(cfg: DictConfig) -> dict:
+    """The config as plain values, interpolations resolved, without what the record leaves out (``hydra``,
+    whose sweep paths resolve only inside a job)."""
+    return {str(key): OmegaConf.to_container(node, resolve=True) if OmegaConf.is_config(node) else node
+            for key in cfg if not excluded(str(key)) for node in (cfg[key],)}
 
 
 def _length_stats(requests) -> dict:

@@ -162,15 +162,16 @@ def unswept_settings(rows: Sequence[Mapping], keys: Sequence[str]) -> list[str]:
     are not (``kvbench.results.grouping``); nothing is averaged."""
     import pandas as pd  # start-up time: pandas, at the sweep's end only
 
-    from kvbench.results.grouping import settings_that_vary, split  # start-up time: as above (pandas)
+    from kvbench.results.grouping import distinct_settings, settings_that_vary, split  # start-up time: as above
 
     done = pd.DataFrame([r for r in rows if r.get("status") == "ok"])
     if done.empty:
         return []
+    present = [k for k in keys if k in done.columns]
     found: dict[str, None] = {}
-    for part in split(done, [k for k in keys if k in done.columns]):
+    for part in split(done, present):
         found.update((c, None) for c in settings_that_vary(part, ignore=[*keys, "status", "error"]))
-    return [c for c in found if c not in keys]
+    return distinct_settings(done, [c for c in found if c not in keys], given=present)
 
 
 def table_columns(rows: Sequence[Mapping], keys: Sequence[str]) -> list[str]:

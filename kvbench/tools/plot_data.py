@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from kvbench.results.grouping import experiment_files, settings_that_vary
+from kvbench.results.grouping import experiment_files, settings_that_vary, split
 from kvbench.results.naming import cell
 from kvbench.results.query import QueryError, in_sweep, where, with_labels
 from kvbench.results.repeats import spread_of
@@ -160,6 +160,12 @@ def combine(frame: pd.DataFrame, columns: str | None, flag: str) -> tuple[pd.Dat
     return frame.assign(**{name: joined}), name, parts
 
 
+def _by_value(frame: pd.DataFrame, columns: Sequence[str]) -> list[pd.DataFrame]:
+    """The rows per distinct value of ``columns``, in order of first appearance: by value, never by
+    its printed text (4e+09 and 4e+09 + 0.5 print alike and are two settings)."""
+    return split(frame, list(columns)) if columns else [frame]
+
+
 def series_points(frame: pd.DataFrame, x: str, ys: Sequence[str], hue: str | None, facet: str | None,
                   x_is_setting: bool, drawn_also: Sequence[str] = (), facet_metric: bool = False) -> pd.DataFrame:
     """Long table of points: facet, series, x, y mean, its spread over runs (sd, and the half-width
@@ -173,16 +179,13 @@ def series_points(frame: pd.DataFrame, x: str, ys: Sequence[str], hue: str | Non
     drawn = [c for c in (x, hue, facet, *drawn_also) if c]
     rows = []
     groups = [c for c in (facet, hue) if c]
-    for keys, part in (frame.groupby([frame[c].map(_text) for c in groups], sort=False, dropna=False)
-                       if groups else [((), frame)]):
-        keys = keys if isinstance(keys, tuple) else (keys,)
-        named = dict(zip(groups, keys))
+    for part in _by_value(frame, groups):
+        named = {c: _text(part[c].iloc[0]) for c in groups}
         if x_is_setting:
             point_keys = [x]
         else:
             point_keys = settings_that_vary(part, ignore=drawn)
-        for point, runs in (part.groupby([part[c].map(_text) for c in point_keys], sort=False, dropna=False)
-                            if point_keys else [((), part)]):
+        for runs in _by_value(part, point_keys):
             differ = [c for c in settings_that_vary(runs, ignore=drawn)
                       if not (c in SEED_DRAWN and same_config_but_seed(runs))]
             if differ:

@@ -28,7 +28,7 @@ import pandas as pd
 
 from kvbench.cli import OneLineParser
 from kvbench.results.compare import compare_groups
-from kvbench.results.grouping import is_seed, settings_that_vary
+from kvbench.results.grouping import distinct_settings, is_seed, settings_that_vary
 from kvbench.results.naming import cell
 from kvbench.results.query import QueryError, sort
 from kvbench.results.store import atomic_write
@@ -84,8 +84,14 @@ def _figure(uri: str, alt: str) -> str:
            "</figcaption></figure>"
 
 
+def varying_settings(runs: pd.DataFrame) -> list[str]:
+    """The settings that vary among the runs, less recorded leaves that repeat another column."""
+    return distinct_settings(runs, settings_that_vary(runs))
+
+
 def settings_section(runs: pd.DataFrame, varying: Sequence[str]) -> str:
-    shared = [(c, cell(runs[c].iloc[0])) for c in runs.columns if c not in varying and is_setting(c)]
+    differ = {*varying, *settings_that_vary(runs)}  # the recorded leaves that repeat a varying column too
+    shared = [(c, cell(runs[c].iloc[0])) for c in runs.columns if c not in differ and is_setting(c)]
     swept = ", ".join(varying) or "none (the runs share every setting but the seed)"
     return (f"<p>{len(runs)} runs; settings that vary: <b>{html.escape(swept)}</b>; seeds: "
             f"{html.escape(seeds_text(runs))}.</p>"
@@ -261,7 +267,7 @@ def build_html(source: str | Path, where: Sequence[str] = (), baseline: str | No
     if x is not None:
         check_columns(runs, [x], "--x")
     check_columns(runs, metrics, "--metrics")
-    varying = settings_that_vary(runs)
+    varying = varying_settings(runs)
     compare_html, baseline = compare_section(runs, compared, baseline)
     specs = figure_specs(runs, varying, compared, x, metrics)
     bodies = {
