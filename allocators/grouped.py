@@ -89,6 +89,23 @@ def parse_groups(groups) -> list[GroupSpec]:
     return specs
 
 
+def most_blocks_held(spec: GroupSpec, length: int, block_size: int, prefill_chunk: int) -> int:
+    """The most blocks one request of ``length`` tokens holds at once in a group, prefilled in chunks
+    of at most ``prefill_chunk`` tokens: every block of a full group; one in a state group; in a
+    window (chunked) group, what ``admit`` takes or, if more, the blocks under the positions one
+    grow reads and writes, at the worst alignment to the blocks: a chunk of ``prefill_chunk`` and
+    the ``size - 1`` tokens before it (up to ``size - 1`` tokens of the current chunk of attention
+    before it), ``size + prefill_chunk - 1`` positions."""
+    whole = ceil_div(length, block_size)
+    if spec.kind == "state":
+        return 1
+    if spec.kind == "full":
+        return whole
+    admitted = ceil_div(min(length, spec.size + prefill_chunk), block_size)
+    span = spec.size + prefill_chunk - 1
+    return min(whole, max(admitted, ceil_div(span - 1, block_size) + 1))
+
+
 @dataclass(slots=True)
 class _Seq:
     tables: list[list[int]]  # per attention group, block ids in token order
@@ -144,14 +161,13 @@ class GroupedAllocator(Allocator):
             check_length("final_len", final_len)
         if len(prompt) > max_len:
             return Admission(Fit.NEVER, f"prompt of {len(prompt)} tokens is longer than max_len={max_len}")
-        blocks = ceil_div(len(prompt), self.block_size)
         needs = {g: self._admit_blocks(spec, len(prompt)) for g, spec in enumerate(self.attention)}
         needs.update({self._state_index(i): 1 for i in range(len(self.state))})
         if not self.pool.fits(needs, ever=True):
-            return Admission(Fit.NEVER, f"prompt needs {blocks} blocks in each of {len(self.attention)} "
-                                        f"attention groups; the pool cannot hold them")
+            return Admission(Fit.NEVER, f"prompt of {len(prompt)} tokens needs {self._describe(needs)}; "
+                                        f"the pool cannot hold them")
         if not self.pool.fits(needs):
-            return Admission(Fit.LATER, f"prompt needs {blocks} blocks per attention group; not free now")
+            return Admission(Fit.LATER, f"prompt of {len(prompt)} tokens needs {self._describe(needs)}; not free now")
         tables = [self._take(g, needs[g]) for g in range(len(self.attention))]
         states = [self._take(self._state_index(i), 1)[0] for i in range(len(self.state))]
         self._seqs[seq_id] = _Seq(tables, [0] * len(tables), states, 0, len(prompt), max_len)
@@ -162,9 +178,14 @@ class GroupedAllocator(Allocator):
     def _admit_blocks(self, spec: GroupSpec, prompt_len: int) -> int:
         """Blocks admit takes in a group: the whole prompt's for a full group; for a window or
         chunked group at most ``size + prefill_chunk`` tokens' (what it holds while its prompt is
-        computed chunk by chunk; later grows take the rest as they need it)."""
+        computed chunk by chunk; later grows take the rest as they need it). Never more than
+        ``most_blocks_held`` of the prompt, the count a static split sizes a group's pool by."""
         tokens = prompt_len if spec.kind == "full" else min(prompt_len, spec.size + self.prefill_chunk)
         return ceil_div(tokens, self.block_size)
+
+    def _describe(self, needs: Mapping[int, int]) -> str:
+        """Blocks per group, named by kind: ``full 10 + window 3 blocks``."""
+        return " + ".join(f"{self.groups[g].kind} {n}" for g, n in sorted(needs.items())) + " blocks"
 
     @property
     def max_seq_tokens(self) -> int:

@@ -2,9 +2,10 @@
 
     uniform        every attention layer paged as if it were full attention (one group of all
                    their bytes, PagedAttention's view); state groups keep one block per request
-    hybrid_static  one pool per group, split by ``ratios`` (default: what one request of
-                   ``split_len`` tokens needs in each group, a window or chunk group its size
-                   plus one prefill chunk; ``split_len`` defaults to half of ``max_model_len``)
+    hybrid_static  one pool per group, split by ``ratios`` (default: the blocks one request of
+                   ``split_len`` tokens, or of the most tokens the pool holds, holds at most in
+                   each group, a window or chunk group its size plus one prefill chunk at the
+                   worst block alignment; ``split_len`` defaults to half of ``max_model_len``)
     hybrid         one shared pool, a page size common to all groups: the page holds
                    ``block_size`` tokens of the smallest attention group (or, when the largest is
                    under 1.25x the smallest, of the largest: vLLM v1's rule), a larger group's
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 from allocators.base import AllocatorError, ceil_div, check_length
 from allocators.group_pools import LcmPool, SharedPool, StaticPools
-from allocators.grouped import GroupedAllocator, GroupSpec, parse_groups
+from allocators.grouped import GroupedAllocator, GroupSpec, most_blocks_held, parse_groups
 
 
 class UniformAllocator(GroupedAllocator):
@@ -76,25 +77,34 @@ class HybridStaticAllocator(GroupedAllocator):
     def _make_pool(self):
         blocks = _exact_block_bytes(self.groups, self.block_size)
         if self._ratios is None:
-            weights = [_request_bytes(g, self._split_len, self.prefill_chunk) for g in self.groups]
-        else:
-            weights = list(self._ratios)
-            if len(weights) != len(self.groups) or any(not isinstance(w, (int, float)) or w <= 0 for w in weights):
-                raise AllocatorError(f"ratios must list {len(self.groups)} numbers > 0 (one per group: "
-                                     f"{', '.join(g.kind for g in self.groups)}); got {self._ratios!r}")
+            return StaticPools(self.pool_bytes, self._default_split(blocks), blocks)
+        weights = list(self._ratios)
+        if len(weights) != len(self.groups) or any(not isinstance(w, (int, float)) or w <= 0 for w in weights):
+            raise AllocatorError(f"ratios must list {len(self.groups)} numbers > 0 (one per group: "
+                                 f"{', '.join(g.kind for g in self.groups)}); got {self._ratios!r}")
         total = sum(weights)
         return StaticPools(self.pool_bytes, [int(self.pool_bytes * w / total) for w in weights], blocks)
+
+    def _default_split(self, blocks: list[int]) -> list[int]:
+        """Bytes per group, as the blocks one request holds at most in each (``most_blocks_held``:
+        whole blocks, as admit and grow take them), the request of ``split_len`` tokens or, when
+        the pool cannot hold that one, of the most tokens it can: every group then holds at least
+        one such request, so that none is refused for want of a window, chunk or state block."""
+        def held(length: int) -> list[int]:
+            return [most_blocks_held(g, length, self.block_size, self.prefill_chunk) * b
+                    for g, b in zip(self.groups, blocks)]
+
+        length = self._split_len
+        if sum(held(length)) > self.pool_bytes and sum(held(1)) <= self.pool_bytes:
+            lo, hi = 1, length  # held(lo) fits, held(hi) does not
+            while hi - lo > 1:
+                mid = (lo + hi) // 2
+                lo, hi = (mid, hi) if sum(held(mid)) <= self.pool_bytes else (lo, mid)
+            length = lo
+        weights = held(length)
+        total = sum(weights)
+        return [int(self.pool_bytes * w / total) for w in weights]
 
 
 def _exact_block_bytes(groups: list[GroupSpec], block_size: int) -> list[int]:
     return [g.state_bytes if g.kind == "state" else block_size * g.token_bytes for g in groups]
-
-
-def _request_bytes(group: GroupSpec, length: int, prefill_chunk: int) -> int:
-    """What one request of ``length`` tokens holds in ``group`` at most: all its tokens in a full
-    group; in a window or chunked group its ``size`` plus one prefill chunk (admit and each prefill
-    step take that much before the older blocks leave); one state in a state group."""
-    if group.kind == "state":
-        return group.state_bytes
-    tokens = length if group.kind == "full" else min(group.size + prefill_chunk, length)
-    return tokens * group.token_bytes
