@@ -471,6 +471,7 @@ _flag_case("an unknown flag", "--frobnicate", word="frobnicate")
 _flag_case("--reindex with --compare", "--reindex", "--compare", "allocator_label", word="--reindex")
 _flag_case("--clean with --export", "--clean", "--export", "json", word="--clean")
 _flag_case("--reindex with --output", "--reindex", "--output", "{root}/x.json", word="--reindex")
+_flag_case("--force without --output", "--export", "csv", "--force", word="--force")
 _flag_case("--export json --output the index", "--export", "json", "--output", "{root}/index.jsonl", word="index")
 _flag_case("--export csv --output the index", "--export", "csv", "--output", "{root}/index.jsonl", word="index")
 _flag_case("--compare --output the index", "--compare", "allocator_label", "--baseline", "paged", "--output",
@@ -490,7 +491,7 @@ _flag_case("--export --output the index by another spelling", "--export", "json"
            "{root}/runs/../index.jsonl", word="index")
 
 
-@case("outputs", "--export --output onto a symlink is refused, the link kept", refused_naming("symlink"))
+@case("outputs", "--export --output onto a symlink is refused, the link kept", refused_naming("symbolic link"))
 def _symlink(root: Path):
     _write(root, "p")
     (root / "target.json").write_text("keep\n")
@@ -498,7 +499,7 @@ def _symlink(root: Path):
     return results_main("--index", str(root / "index.jsonl"), "--export", "json", "--output", str(root / "link.json"))
 
 
-@case("outputs", "--export --output onto a symlink to the index is refused", refused_naming("symlink"))
+@case("outputs", "--export --output onto a symlink to the index is refused", refused_naming("symbolic link"))
 def _symlink_index(root: Path):
     _write(root, "p")
     (root / "link.jsonl").symlink_to(root / "index.jsonl")
@@ -535,8 +536,17 @@ def _export_new(root: Path):
     return results_main("--index", str(root / "index.jsonl"), "--export", "json", "--output", str(root / "sel.json"))
 
 
-@case("outputs", "--export csv --output replaces an existing regular file", _wrote("sel.csv", lambda t: "run_id" in t))
+@case("outputs", "--export csv --output --force replaces an existing regular file",
+      _wrote("sel.csv", lambda t: "run_id" in t))
 def _export_replace(root: Path):
+    _write(root, "p")
+    (root / "sel.csv").write_text("old\n")
+    return results_main("--index", str(root / "index.jsonl"), "--export", "csv", "--output", str(root / "sel.csv"),
+                        "--force")
+
+
+@case("outputs", "--export csv --output onto an existing file without --force is refused", refused_naming("--force"))
+def _export_no_force(root: Path):
     _write(root, "p")
     (root / "sel.csv").write_text("old\n")
     return results_main("--index", str(root / "index.jsonl"), "--export", "csv", "--output", str(root / "sel.csv"))

@@ -129,3 +129,14 @@ def test_a_failing_writer_leaves_nothing(tmp_path):
         write_many([target], [boom], force=True)
     assert target.read_text() == "old"
     assert [p.name for p in tmp_path.iterdir()] == ["a.html"]
+
+
+def test_a_folder_the_tool_made_is_its_own(results):
+    """kvbench-capacity's search folder under runs/: its own file is written there, a link still is not."""
+    search = results / "runs" / "adhoc" / "capacity-1"
+    search.mkdir()
+    _refused(search / "capacity.json", "inside a run folder")
+    assert write_text(search / "capacity.json", "{}", owned=search).read_text() == "{}"
+    (search / "link.json").symlink_to(results / "index.jsonl")
+    _refused(search / "link.json", "symbolic link", owned=search, force=True)
+    _refused(results / "runs" / "adhoc" / "r1" / "capacity.json", "inside a run folder", owned=search)

@@ -72,6 +72,7 @@ def test_a_missing_source_is_one_line(tmp_path, capsys):
 
 
 def test_png_and_svg_with_one_legend_entry_per_series(results, capsys):
+    (results / "out").mkdir()  # a missing folder is refused (tests/test_tool_outputs.py)
     assert main([str(results), "--x", "request_rate", "--y", "request_throughput,p99_ttft_ms", "--logx",
                  "--out", str(results / "out" / "tp")]) == 0
     png, svg = results / "out" / "tp.png", results / "out" / "tp.svg"

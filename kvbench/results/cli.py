@@ -10,10 +10,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from kvbench.results.compare import (add_arguments, check_modes, check_output, check_sweep_dir, compare_or_export,
-                                     note_all_null_sort, with_granularity)
+from kvbench.results.compare import (add_arguments, check_modes, check_sweep_dir, compare_or_export, note_all_null_sort,
+                                     with_granularity)
 from kvbench.results.grouping import GroupingError, distinct_settings, is_setting, settings_that_vary, split
 from kvbench.results.naming import number
+from kvbench.results.outputs import OutputError, check_target
 from kvbench.results.query import QueryError, in_sweep, sort, where as select, with_labels
 from kvbench.results.reindex import check_index_path, clean, reindex
 from kvbench.results.store import (DEFAULT_COMPARE_COLUMNS, DEFAULT_INDEX, IndexLineError, ResultsError, compare, load_index,
@@ -92,8 +93,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         check_modes(args)
         if args.output is not None:
-            check_output(args.output, index)
-    except QueryError as exc:
+            check_target(args.output, force=args.force, flag="--output")
+    except (QueryError, OutputError) as exc:
         print(f"kvbench-results: {exc}", file=sys.stderr)
         return 2
     args.format = args.format if args.export else (args.format or "table")

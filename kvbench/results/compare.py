@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -26,10 +25,11 @@ import pandas as pd
 from kvbench.results.grouping import (distinct_settings, group_keys, numeric_metric, settings_that_vary, split,
                                       value_key)
 from kvbench.results.naming import cell, granularity, missing
+from kvbench.results.outputs import OutputError, write_text
 from kvbench.results.query import QueryError
 from kvbench.results.repeats import spread_of
 from kvbench.results.settings import KEYS_COLUMN, PREFIX
-from kvbench.results.store import REQUESTS_FILE, STEPS_FILE, SUMMARY_FILE, clean_summary
+from kvbench.results.store import clean_summary
 
 # an allocator's own knobs: part of what is compared when allocators are
 ALLOCATOR_COLUMNS = ("allocator_label", "allocator", "reserve", "block_size", "granularity", "page_bytes",
@@ -51,8 +51,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--export", choices=EXPORT_FORMATS,
                         help="write the selected runs' summary rows (every column) as JSON or CSV")
     parser.add_argument("--output", metavar="FILE",
-                        help="--compare/--export: write to FILE (a new or regular file, never the index "
-                             "or a run's file) instead of stdout")
+                        help="--compare/--export: write to FILE instead of stdout (a new file, or an existing "
+                             "regular one with --force; never a link, a folder, the index or a run's file)")
+    parser.add_argument("--force", action="store_true", help="--output: replace FILE if it exists")
 
 
 def check_modes(args: argparse.Namespace) -> None:
@@ -60,7 +61,8 @@ def check_modes(args: argparse.Namespace) -> None:
     maintaining = [f for f, on in (("--reindex", args.reindex), ("--clean", args.clean)) if on]
     if maintaining:
         used = [f for f, on in (("--compare", args.compare), ("--export", args.export), ("--output", args.output),
-                                ("--baseline", args.baseline), ("--metrics", args.metrics)) if on is not None]
+                                ("--baseline", args.baseline), ("--metrics", args.metrics),
+                                ("--force", args.force or None)) if on is not None]
         if used:
             raise QueryError(f"{used[0]} does nothing with {maintaining[0]} (which only rebuilds or cleans); "
                              "run them separately")
@@ -75,31 +77,8 @@ def check_modes(args: argparse.Namespace) -> None:
                 raise QueryError(f"{flag} works with --compare only (it does nothing here)")
         if args.output is not None and args.export is None:
             raise QueryError("--output works with --compare or --export only (it does nothing here)")
-
-
-def check_output(output: str, index_path: Path) -> None:
-    """QueryError unless ``output`` may be written: never the index (or its lock), a file of a run
-    directory, a symlink, or anything that exists and is not a regular file."""
-    path = Path(output)
-    if path.is_symlink():
-        raise QueryError(f"--output: {output} is a symlink (refused: the link would be replaced); give a plain path")
-    if path.exists() and not path.is_file():
-        raise QueryError(f"--output: {output} exists and is not a regular file (refused)")
-    if not path.parent.is_dir():
-        raise QueryError(f"--output: no folder {path.parent} (nothing was written)")
-    target = path.resolve()
-    results = index_path.parent.resolve()
-    protected = {index_path.resolve(), index_path.resolve().with_name(index_path.name + ".lock")}
-    if target in protected or (path.exists() and index_path.exists() and path.samefile(index_path)):
-        raise QueryError(f"--output: {output} is the results index (refused: it would be overwritten)")
-    runs = results / "runs"
-    if runs == target or runs in target.parents or _in_run_dir(target):
-        raise QueryError(f"--output: {output} is inside a run directory (refused: runs' files are not outputs)")
-
-
-def _in_run_dir(target: Path) -> bool:
-    folder = target.parent
-    return any((folder / name).exists() for name in (SUMMARY_FILE, STEPS_FILE, REQUESTS_FILE, ".running", ".hydra"))
+    if args.force and args.output is None:
+        raise QueryError("--force works with --output only (it does nothing here)")
 
 
 def with_granularity(df: pd.DataFrame) -> pd.DataFrame:
@@ -332,20 +311,6 @@ def _strict(value: object) -> object:
     return value if value is None or isinstance(value, (bool, int, float, str)) else str(value)
 
 
-def _write(text: str, output: str | None) -> None:
-    if output is None:
-        sys.stdout.write(text)
-        return
-    path = Path(output)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_text(text)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-
-
 def compare_or_export(args: argparse.Namespace, df: pd.DataFrame) -> int:
     """Handle --compare or --export on the selected runs; the exit code."""
     if df.empty:
@@ -363,8 +328,14 @@ def compare_or_export(args: argparse.Namespace, df: pd.DataFrame) -> int:
         groups = compare_groups(df, args.compare, args.baseline, metrics)
         text = format_groups(groups, args.baseline, fmt)
         text += "" if fmt == "csv" else "\n"
+    if args.output is None:
+        sys.stdout.write(text)
+        return 0
     try:
-        _write(text, args.output)
+        write_text(args.output, text, force=args.force, flag="--output")
+    except OutputError as exc:
+        print(f"kvbench-results: {exc}", file=sys.stderr)
+        return 2
     except OSError as exc:
         print(f"kvbench-results: --output: cannot write {args.output}: {exc.strerror or exc}", file=sys.stderr)
         return 2

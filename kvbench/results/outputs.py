@@ -9,6 +9,10 @@ A tool's output may go anywhere the user names except onto what the tool does no
   a regular file;
 - an existing regular file, unless the user passed ``--force``.
 
+A file a tool writes into a folder it created itself (``kvbench-capacity``'s ``capacity.json`` in
+its search's folder under ``runs/``) passes that folder as ``owned``: the run-folder rule does not
+apply there, every other rule does.
+
 Every refusal is an :class:`OutputError` with a one-line message, raised before the tool does any
 work where the tool checks first (``check_target``), and again at the moment of writing. Files are
 written to a temporary name in the same folder, flushed, then renamed onto the target, so a reader
@@ -30,8 +34,9 @@ class OutputError(ValueError):
     """A target the tool may not write; the message is one line."""
 
 
-def check_target(path: str | Path, *, force: bool = False, flag: str = "--out") -> Path:
-    """``path`` as a Path when a tool may write it; else OutputError naming ``flag``."""
+def check_target(path: str | Path, *, force: bool = False, flag: str = "--out", owned: Path | None = None) -> Path:
+    """``path`` as a Path when a tool may write it; else OutputError naming ``flag``. ``owned``: a
+    folder the tool created itself, where the run-folder rule does not apply."""
     target = Path(path)
     if str(path) == "" or target.name in ("", ".", ".."):
         raise OutputError(f"{flag}: {str(path)!r} names no file; give a file name")
@@ -44,13 +49,17 @@ def check_target(path: str | Path, *, force: bool = False, flag: str = "--out") 
         raise OutputError(f"{flag}: {target} exists and is not a regular file (refused)")
     if not target.parent.is_dir():
         raise OutputError(f"{flag}: folder {target.parent} does not exist (nothing was written)")
-    if _inside_run_folder(target):
+    if not _in_owned(target, owned) and _inside_run_folder(target):
         raise OutputError(f"{flag}: {target} is inside a run folder (refused: a run's files are not outputs)")
     if _is_results_index(target):
         raise OutputError(f"{flag}: {target} is a results index (refused: it would be overwritten)")
     if target.exists() and not force:
         raise OutputError(f"{flag}: {target} exists; give another path or --force to replace it")
     return target
+
+
+def _in_owned(target: Path, owned: Path | None) -> bool:
+    return owned is not None and target.parent.resolve() == owned.resolve()
 
 
 def _is_results_index(target: Path) -> bool:
@@ -78,21 +87,22 @@ def _inside_run_folder(target: Path) -> bool:
 
 
 def write_atomic(path: str | Path, write: Callable[[BinaryIO], None], *, force: bool = False,
-                 flag: str = "--out") -> Path:
+                 flag: str = "--out", owned: Path | None = None) -> Path:
     """Check ``path``, then call ``write(binary file)`` on a temporary file beside it and rename."""
-    return write_many([path], [write], force=force, flag=flag)[0]
+    return write_many([path], [write], force=force, flag=flag, owned=owned)[0]
 
 
-def write_text(path: str | Path, text: str, *, force: bool = False, flag: str = "--out") -> Path:
+def write_text(path: str | Path, text: str, *, force: bool = False, flag: str = "--out",
+               owned: Path | None = None) -> Path:
     """``text`` (UTF-8) to ``path`` through the one writer."""
-    return write_atomic(path, lambda f: f.write(text.encode("utf-8")), force=force, flag=flag)
+    return write_atomic(path, lambda f: f.write(text.encode("utf-8")), force=force, flag=flag, owned=owned)
 
 
 def write_many(paths: Sequence[str | Path], writers: Sequence[Callable[[BinaryIO], None]], *,
-               force: bool = False, flag: str = "--out") -> list[Path]:
+               force: bool = False, flag: str = "--out", owned: Path | None = None) -> list[Path]:
     """Several files as one output (a figure's PNG and SVG): all are checked before any is written,
     all are written to temporary names, then renamed; on any failure none is left behind."""
-    targets = [check_target(p, force=force, flag=flag) for p in paths]
+    targets = [check_target(p, force=force, flag=flag, owned=owned) for p in paths]
     temps: list[Path] = []
     try:
         for target, write in zip(targets, writers):
@@ -103,7 +113,7 @@ def write_many(paths: Sequence[str | Path], writers: Sequence[Callable[[BinaryIO
                 f.flush()
                 os.fsync(f.fileno())
         for target in targets:  # checked again at the moment of writing: a link may have appeared
-            check_target(target, force=True, flag=flag)
+            check_target(target, force=True, flag=flag, owned=owned)
         for tmp, target in zip(temps, targets):
             os.replace(tmp, target)
     finally:

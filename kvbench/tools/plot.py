@@ -16,7 +16,6 @@ written.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -25,7 +24,9 @@ from pathlib import Path
 import pandas as pd
 
 from kvbench.cli import OneLineParser
+from kvbench.results.dropped import Dropped
 from kvbench.results.naming import cell
+from kvbench.results.outputs import OutputError, check_target, write_many
 from kvbench.tools.plot_data import (PlotError, check_columns, combine, is_numeric, is_setting, load_runs, select,
                                      series_points, steps_points)
 
@@ -71,8 +72,9 @@ def context_line(runs: pd.DataFrame) -> str:
     return ", ".join(parts)
 
 
-def points_for(spec: PlotSpec, runs: pd.DataFrame, index_path: Path) -> pd.DataFrame:
-    """The checked selection of ``runs`` reduced to the figure's points."""
+def points_for(spec: PlotSpec, runs: pd.DataFrame, index_path: Path, dropped: Dropped | None = None) -> pd.DataFrame:
+    """The checked selection of ``runs`` reduced to the figure's points; runs that give no point are
+    noted in ``dropped`` by reason."""
     if spec.table == "steps":
         return steps_points(runs, index_path, spec.x, spec.y, spec.hue, spec.facet)
     check_columns(runs, [spec.x], "--x")
@@ -86,7 +88,8 @@ def points_for(spec: PlotSpec, runs: pd.DataFrame, index_path: Path) -> pd.DataF
         if not is_numeric(runs[y]):
             raise PlotError(f"--y: {y} is not a numeric column of the selected runs")
     x_is_setting = is_setting(spec.x) or not is_numeric(runs[spec.x])
-    return series_points(runs, spec.x, spec.y, hue, facet, x_is_setting, [*hue_parts, *facet_parts], facet_metric)
+    return series_points(runs, spec.x, spec.y, hue, facet, x_is_setting, [*hue_parts, *facet_parts], facet_metric,
+                         spec.logx, spec.logy, dropped)
 
 
 def _style(series: list[str]) -> dict[str, tuple[object, str, str]]:
@@ -193,34 +196,42 @@ def coinciding(points: pd.DataFrame) -> list[list[str]]:
     return [names for names in groups.values() if len(names) > 1]
 
 
-def save(fig, out: Path) -> list[Path]:
-    """``out``.png and ``out``.svg, each written to a temporary name and renamed."""
+def targets(out: str | Path, force: bool = False) -> list[Path]:
+    """``OUT.png`` and ``OUT.svg``, each checked by the one writer (``kvbench.results.outputs``);
+    OutputError for an ``--out`` that names no file or a directory."""
+    base = Path(out)
+    if str(out) == "" or base.name in ("", ".", ".."):
+        raise OutputError(f"--out: {str(out)!r} names no file; give a path without extension")
+    if base.is_dir():
+        raise OutputError(f"--out: {out} is a directory; give a file name inside it (OUT.png and OUT.svg are written)")
+    paths = [base.with_name(f"{base.name}.{fmt}") for fmt in FORMATS]
+    for path in paths:
+        check_target(path, force=force)
+    return paths
+
+
+def save(fig, out: Path, force: bool = False) -> list[Path]:
+    """``out``.png and ``out``.svg, both or neither (``kvbench.results.outputs.write_many``)."""
     import matplotlib.pyplot as plt  # start-up time: matplotlib, only when drawing
 
-    out.parent.mkdir(parents=True, exist_ok=True)
-    written, temps = [], []
     try:
-        for fmt in FORMATS:
-            tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp.{fmt}")
-            temps.append(tmp)
-            fig.savefig(tmp, format=fmt, dpi=120, bbox_inches="tight")
-        for tmp, fmt in zip(temps, FORMATS):
-            final = out.with_name(f"{out.name}.{fmt}")
-            os.replace(tmp, final)
-            written.append(final)
+        paths = targets(out, force)
+        writers = [lambda f, fmt=fmt: fig.savefig(f, format=fmt, dpi=120, bbox_inches="tight") for fmt in FORMATS]
+        return write_many(paths, writers, force=force)
     finally:
-        for tmp in temps:
-            tmp.unlink(missing_ok=True)
         plt.close(fig)
-    return written
 
 
-def plot(source: str | Path, spec: PlotSpec, out: str | Path) -> list[Path]:
-    """Draw ``spec`` from ``source`` (index, results folder or sweep dir) into OUT.png and OUT.svg."""
+def plot(source: str | Path, spec: PlotSpec, out: str | Path, force: bool = False,
+         dropped: Dropped | None = None) -> list[Path]:
+    """Draw ``spec`` from ``source`` (index, results folder or sweep dir) into OUT.png and OUT.svg;
+    the selected runs that give no point are noted in ``dropped``."""
     loaded = load_runs(source)
     runs = select(loaded.runs, spec.where) if spec.where else loaded.runs
-    points = points_for(spec, runs, loaded.index_path)
-    return save(draw(points, spec, context_line(runs)), Path(out))
+    points = points_for(spec, runs, loaded.index_path, dropped)
+    if dropped is not None:
+        dropped.total = len(runs)
+    return save(draw(points, spec, context_line(runs)), Path(out), force)
 
 
 def _columns(text: str | None) -> list[str]:
@@ -244,7 +255,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--table", choices=("summary", "steps"), default="summary",
                    help="summary rows (default) or each run's steps.parquet")
     p.add_argument("--title", help="the figure's title (default: y against x); the context line follows")
-    p.add_argument("--out", default="kvbench-plot", help="output path without extension (default %(default)s)")
+    p.add_argument("--out", default="kvbench-plot", help="output path without extension (default %(default)s); "
+                   "OUT.png and OUT.svg, never a link, a folder or a run's file")
+    p.add_argument("--force", action="store_true", help="replace OUT.png and OUT.svg if they exist")
     return p
 
 
@@ -261,10 +274,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if not spec.y:
             raise PlotError("--y: give at least one metric")
-        written = plot(args.source, spec, args.out)
-    except PlotError as exc:
+        targets(args.out, args.force)  # before any work
+        dropped = Dropped()
+        written = plot(args.source, spec, args.out, args.force, dropped)
+    except (PlotError, OutputError) as exc:
         print(f"kvbench-plot: error: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:
+        print(f"kvbench-plot: error: --out: cannot write {args.out}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    dropped.say("kvbench-plot")
     for path in written:
         print(path)
     return 0

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from kvbench.results.dropped import Dropped, usable
 from kvbench.results.grouping import experiment_files, settings_that_vary, split
 from kvbench.results.naming import cell
 from kvbench.results.query import QueryError, in_sweep, where, with_labels
@@ -167,7 +168,8 @@ def _by_value(frame: pd.DataFrame, columns: Sequence[str]) -> list[pd.DataFrame]
 
 
 def series_points(frame: pd.DataFrame, x: str, ys: Sequence[str], hue: str | None, facet: str | None,
-                  x_is_setting: bool, drawn_also: Sequence[str] = (), facet_metric: bool = False) -> pd.DataFrame:
+                  x_is_setting: bool, drawn_also: Sequence[str] = (), facet_metric: bool = False,
+                  logx: bool = False, logy: bool = False, dropped: Dropped | None = None) -> pd.DataFrame:
     """Long table of points: facet, series, x, y mean, its spread over runs (sd, and the half-width
     of the 95% t interval of the mean), runs.
     With ``facet_metric`` each metric of ``ys`` has panels of its own.
@@ -175,7 +177,11 @@ def series_points(frame: pd.DataFrame, x: str, ys: Sequence[str], hue: str | Non
     Runs at one point of one series are averaged only when they differ in nothing but the seed.
     With x a setting, a series has one point per x value; with x a metric (throughput against
     latency, say) each combination of the settings that vary within the series is its own point.
+    A run whose x (when numeric) or y cannot be drawn (null, not finite, <= 0 on a log axis) gives
+    no point; it is noted in ``dropped`` by reason (``kvbench.results.dropped``).
     """
+    dropped = dropped if dropped is not None else Dropped()
+    x_numeric = is_numeric(frame[x])
     drawn = [c for c in (x, hue, facet, *drawn_also) if c]
     rows = []
     groups = [c for c in (facet, hue) if c]
@@ -194,9 +200,12 @@ def series_points(frame: pd.DataFrame, x: str, ys: Sequence[str], hue: str | Non
                 values = ", ".join(sorted({_text(v) for v in runs[differ[0]]}))
                 raise PlotError(f"runs of {where or 'one series'}{at} differ in {differ[0]} ({values}); "
                                 f"they are not averaged: pick one with --where, or draw it with --hue/--facet")
+            x_ok = usable(runs, x, dropped, logx, "on the x axis") if x_numeric else pd.Series(True, index=runs.index)
             for y in ys:
-                yv = pd.to_numeric(runs[y], errors="coerce").dropna()
-                xv = pd.to_numeric(runs[x], errors="coerce") if is_numeric(frame[x]) else None
+                drawn_runs = runs[x_ok]
+                drawn_runs = drawn_runs[usable(drawn_runs, y, dropped, logy)]
+                yv = pd.to_numeric(drawn_runs[y], errors="coerce")
+                xv = pd.to_numeric(drawn_runs[x], errors="coerce") if x_numeric else None
                 if yv.empty:
                     continue
                 repeat = spread_of(yv)
@@ -216,7 +225,7 @@ def series_points(frame: pd.DataFrame, x: str, ys: Sequence[str], hue: str | Non
                     "runs": repeat.n,
                 })
     if not rows:
-        raise PlotError(f"--y: {', '.join(ys)} is null (not applicable) for every selected run")
+        raise PlotError(f"nothing to draw: every selected run is left out ({'; '.join(dropped.reasons)})")
     return pd.DataFrame(rows)
 
 
