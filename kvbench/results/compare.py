@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from kvbench.results.dropped import Dropped
 from kvbench.results.grouping import (distinct_settings, group_keys, numeric_metric, settings_that_vary, split,
                                       value_key)
 from kvbench.results.naming import cell, granularity, missing
@@ -200,16 +201,21 @@ def _label_knobs(df: pd.DataFrame, text: pd.Series, value: str, in_label: list[s
     return [k for k in knobs if k != "granularity"] if len(knobs) > 1 else knobs
 
 
-def compare_groups(df: pd.DataFrame, compared: str, baseline: str, metrics: Sequence[str]
-                   ) -> list[tuple[str, pd.DataFrame]]:
+def compare_groups(df: pd.DataFrame, compared: str, baseline: str, metrics: Sequence[str],
+                   dropped: Dropped | None = None) -> list[tuple[str, pd.DataFrame]]:
     """Per group of the other settings that vary: one row per compared value (baseline first),
     each averaging only runs whose every setting but the seed is equal (``runs`` says how many,
     ``<metric> sd`` and ``<metric> ci95`` their spread and the half-width of the 95% t interval of
     the mean when any row averages several); a setting that varies among runs
     of one compared value splits them into rows labelled with it (``paged (block_size=32)``).
-    ``<metric>/base`` is the ratio to the baseline row of the same group."""
+    ``<metric>/base`` is the ratio to the baseline row of the same group. A run whose metric is
+    null is left out of that metric's means and noted in ``dropped``."""
     _check_columns(df, [compared, *metrics], "--compare/--metrics")
     values = {m: numeric_metric(df, m) for m in metrics}
+    if dropped is not None:
+        dropped.total = len(df)
+        for m in metrics:
+            dropped.add(f"{m} is null (not applicable)", df.index[values[m].isna()])
     text = df[compared].map(value_text)
     is_base = _matches_baseline(text, baseline)
     if not is_base.any():
@@ -325,7 +331,9 @@ def compare_or_export(args: argparse.Namespace, df: pd.DataFrame) -> int:
         if not metrics:
             raise QueryError(f"--metrics: {args.metrics!r} names no metric")
         fmt = args.format or "table"
-        groups = compare_groups(df, args.compare, args.baseline, metrics)
+        dropped = Dropped()
+        groups = compare_groups(df, args.compare, args.baseline, metrics, dropped)
+        dropped.say("kvbench-results", verb="used")
         text = format_groups(groups, args.baseline, fmt)
         text += "" if fmt == "csv" else "\n"
     if args.output is None:

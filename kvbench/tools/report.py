@@ -7,8 +7,11 @@ those keys; the compare view against a baseline (``kvbench-results --compare``);
 by ``kvbench-plot`` (each metric against the first numeric swept setting, one line per
 allocator); the memory breakdown of one run per allocator; provenance (commits, the commands,
 dates). Figures are embedded as ``data:`` URIs; the page loads nothing else and runs no script.
-A target that exists is refused unless ``--force``; the file is written to a temporary name and
-renamed.
+The file goes through the one writer (``kvbench.results.outputs``): a target that exists is refused
+unless ``--force``; a link, a folder, the results index or a run's folder never; written to a
+temporary name and renamed. What ``kvbench-plot`` refuses (a metric that is not a number, a
+figure whose runs differ in a setting it does not draw) the report refuses; each selected run a
+section leaves out is one line on stderr per reason.
 """
 from __future__ import annotations
 
@@ -21,17 +24,18 @@ import shlex
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pandas as pd
 
 from kvbench.cli import OneLineParser
 from kvbench.results.compare import compare_groups
+from kvbench.results.dropped import Dropped
 from kvbench.results.grouping import distinct_settings, is_seed, settings_that_vary
 from kvbench.results.naming import cell
+from kvbench.results.outputs import OutputError, check_target, write_text
 from kvbench.results.query import QueryError, sort
-from kvbench.results.store import atomic_write
 from kvbench.run.run_figures import memory_over_time
 from kvbench.run.sweep import _absolute
 from kvbench.tools.plot import PlotSpec, context_line, draw, points_for
@@ -119,7 +123,8 @@ def runs_section(runs: pd.DataFrame, varying: Sequence[str]) -> str:
     return _table(ordered[columns].reset_index(drop=True), "one row per run, sorted by the settings that vary")
 
 
-def compare_section(runs: pd.DataFrame, compared: str, baseline: str | None) -> tuple[str, str]:
+def compare_section(runs: pd.DataFrame, compared: str, baseline: str | None,
+                    note: Callable[[str], None] = print) -> tuple[str, str]:
     """The compare view (value and ratio to the baseline per group of the other settings)."""
     values = list(dict.fromkeys(runs[compared].map(cell)))
     baseline = baseline if baseline is not None else values[0]
@@ -129,9 +134,12 @@ def compare_section(runs: pd.DataFrame, compared: str, baseline: str | None) -> 
                if m in runs.columns]
     frame = runs.assign(**{compared: runs[compared].map(cell)})
     try:
-        groups = compare_groups(frame, compared, baseline, metrics)
+        dropped = Dropped()
+        groups = compare_groups(frame, compared, baseline, metrics, dropped)
     except QueryError as exc:
         raise PlotError(str(exc)) from None
+    for line in dropped.lines("used"):
+        note(f"compare: {line}")
     parts = [f"<p>{html.escape(compared)}, against <b>{html.escape(baseline)}</b> (ratios are value / baseline; "
              "a mean where several runs share a group: the runs column says how many (n), sd how far "
              "they scatter, ci95 the half-width of the 95% Student t interval of the mean).</p>"]
@@ -154,17 +162,22 @@ def figure_specs(runs: pd.DataFrame, varying: Sequence[str], hue: str, x: str | 
     return [PlotSpec(x=x, y=[m], hue=line_hue, facet=facet) for m in metrics if m in runs.columns]
 
 
-def figures_section(runs: pd.DataFrame, index_path: Path, specs: Sequence[PlotSpec]) -> str:
+def figures_section(runs: pd.DataFrame, index_path: Path, specs: Sequence[PlotSpec],
+                    note: Callable[[str], None] = print) -> str:
+    """Each figure as kvbench-plot draws it; what kvbench-plot refuses, the report refuses (PlotError
+    naming the figure), and each selected run a figure does not draw is noted, by reason."""
     parts = []
     for spec in specs:
         command = (f"kvbench-plot SOURCE --x {spec.x} --y {','.join(spec.y)}"
                    + (f" --hue {spec.hue}" if spec.hue else " --hue none")
                    + (f" --facet {spec.facet}" if spec.facet else ""))
+        dropped = Dropped(len(runs))
         try:
-            points = points_for(spec, runs, index_path)
+            points = points_for(spec, runs, index_path, dropped)
         except PlotError as exc:
-            parts.append(f"<p class='note'>{html.escape(command)}: not drawn: {html.escape(str(exc))}</p>")
-            continue
+            raise PlotError(f"figure {','.join(spec.y)} against {spec.x}: {exc}") from None
+        for line in dropped.lines():
+            note(f"figure {','.join(spec.y)} against {spec.x}: {line}")
         parts.append(_figure(_png_uri(draw(points, spec, context_line(runs))), command))
     return "".join(parts) or "<p class='note'>no figure: no metric to draw</p>"
 
@@ -257,24 +270,33 @@ def provenance_section(runs: pd.DataFrame, source: str, argv: Sequence[str]) -> 
             + f"<p>each run's command ({len(shown)} distinct):</p><ul>{listing}</ul>{more}")
 
 
+def _note(line: str) -> None:
+    print(f"kvbench-report: {line}", file=sys.stderr)
+
+
 def build_html(source: str | Path, where: Sequence[str] = (), baseline: str | None = None,
                compared: str = "allocator_label", x: str | None = None,
-               metrics: Sequence[str] = DEFAULT_METRICS, argv: Sequence[str] = ()) -> str:
-    """The report's HTML text (nothing written)."""
+               metrics: Sequence[str] = DEFAULT_METRICS, argv: Sequence[str] = (),
+               note: Callable[[str], None] = _note) -> str:
+    """The report's HTML text (nothing written); ``note`` gets one line per reason a section leaves
+    selected runs out."""
     loaded = load_runs(source)
     runs = select(loaded.runs, where) if where else loaded.runs
     check_columns(runs, [compared], "--compare")
     if x is not None:
         check_columns(runs, [x], "--x")
     check_columns(runs, metrics, "--metrics")
+    for metric in metrics:  # as kvbench-plot --y refuses it
+        if not is_numeric(runs[metric]):
+            raise PlotError(f"--metrics: {metric} is not a numeric column of the selected runs")
     varying = varying_settings(runs)
-    compare_html, baseline = compare_section(runs, compared, baseline)
+    compare_html, baseline = compare_section(runs, compared, baseline, note)
     specs = figure_specs(runs, varying, compared, x, metrics)
     bodies = {
         "settings": settings_section(runs, varying),
         "runs": runs_section(runs, varying),
         "compare": compare_html,
-        "figures": figures_section(runs, loaded.index_path, specs),
+        "figures": figures_section(runs, loaded.index_path, specs, note),
         "memory": memory_section(runs, loaded.index_path),
         "provenance": provenance_section(runs, loaded.what, argv),
     }
@@ -288,15 +310,8 @@ def build_html(source: str | Path, where: Sequence[str] = (), baseline: str | No
 
 
 def write_report(text: str, out: Path, force: bool) -> Path:
-    """Write the report atomically; an existing target only with ``force``."""
-    if out.exists() and not force:
-        raise PlotError(f"--out: {out} exists; give another path or --force to replace it")
-    if out.is_dir():
-        raise PlotError(f"--out: {out} is a directory; give a file name")
-    if not out.parent.is_dir():
-        raise PlotError(f"--out: folder {out.parent} does not exist")
-    atomic_write(out, lambda f: f.write(text.encode("utf-8")))
-    return out
+    """Write the report through the one writer (``kvbench.results.outputs``)."""
+    return write_text(out, text, force=force)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -317,13 +332,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     out = Path(args.out)
     try:
-        if out.exists() and not args.force:  # before any work
-            raise PlotError(f"--out: {out} exists; give another path or --force to replace it")
+        check_target(out, force=args.force)  # before any work
         metrics = [m.strip() for m in args.metrics.split(",") if m.strip()]
         text = build_html(args.source, args.where, args.baseline, args.compare, args.x, metrics, argv)
         write_report(text, out, args.force)
-    except PlotError as exc:
+    except (PlotError, OutputError) as exc:
         print(f"kvbench-report: error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"kvbench-report: error: --out: cannot write {out}: {exc.strerror or exc}", file=sys.stderr)
         return 2
     finally:
         while _TMP:
