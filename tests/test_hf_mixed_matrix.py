@@ -12,7 +12,7 @@ every layer holding every token.)
 from __future__ import annotations
 
 import pytest
-from omegaconf import OmegaConf
+from omegaconf import OmegaConf, open_dict
 
 from allocators import GROUPED
 from kvbench.config.errors import ConfigError
@@ -87,4 +87,26 @@ def test_every_other_mixed_family_is_refused_by_name_on_hf(family, allocator):
     with pytest.raises(ConfigError) as err:
         group_knobs(cfg, KVGeometry.from_model_cfg(cfg.model), {})
     assert str(err.value) == (f"allocator {allocator} on the mixed model tiny-{family} ({family}: {kinds} groups) "
+                              f"runs on backend=sim only: {REFUSED[family]}")
+
+
+@pytest.mark.parametrize("family", sorted(REFUSED))
+def test_the_pre_check_gives_each_refused_family_its_reason(family, tmp_path):
+    """Through the job's pre-check, as ``kvbench backend=hf ...`` runs it: the family's own reason,
+    not the list of hf families (most of these are not hf families, and that check came first)."""
+    from hydra import compose, initialize_config_dir
+
+    from kvbench.config.errors import CONF_DIR
+    from kvbench.run.precheck import check_job
+
+    kinds, overrides = FAMILIES[family]
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
+        cfg = compose("config", overrides=["backend=hf", "allocator=hybrid", "engine.kv_cache_bytes=1e8",
+                                           "engine.device=cpu", "logger=none", f"results_dir={tmp_path}"])
+    model = _cfg(family, "hybrid", overrides).model
+    with open_dict(cfg):  # a composed model (every field the checks read) turned into the tiny family
+        cfg.model = OmegaConf.merge(cfg.model, {"num_heads": model.num_kv_heads}, model)
+    with pytest.raises(ConfigError) as err:
+        check_job(cfg)
+    assert str(err.value) == (f"allocator hybrid on the mixed model tiny-{family} ({family}: {kinds} groups) "
                               f"runs on backend=sim only: {REFUSED[family]}")

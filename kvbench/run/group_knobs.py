@@ -35,7 +35,7 @@ def group_knobs(cfg: DictConfig, geometry: KVGeometry, knobs: dict) -> None:
                               f"that it cannot hold; use allocator {', '.join(GROUPED)}")
         return
     if mixed and cfg.backend.name != "sim":
-        refusal = hf_refusal(name, model, kinds)
+        refusal = hf_mixed_refusal(cfg, geometry)
         if refusal is not None:
             raise ConfigError(refusal)
         workload = cfg.get("workload") or {}
@@ -53,6 +53,16 @@ def group_knobs(cfg: DictConfig, geometry: KVGeometry, knobs: dict) -> None:
 
 
 ATTENTION_SINK_FAMILIES = ("gpt_oss",)  # a learned per-head logit in every softmax
+
+
+def hf_mixed_refusal(cfg: DictConfig, geometry: KVGeometry) -> str | None:
+    """``hf_refusal`` of the run's grouped allocator on its mixed model; None for another allocator
+    or a uniform model. The hf pre-check asks it before the family list (most of these families
+    are not hf families at all, and the reason is what the user needs)."""
+    name = str(cfg.allocator.name)
+    if name not in GROUPED or not geometry.groups:
+        return None
+    return hf_refusal(name, cfg.model, {g.kind for g in geometry.groups})
 
 
 def hf_refusal(name: str, model, kinds: set[str]) -> str | None:

@@ -26,6 +26,7 @@ from kvbench.config.validate import check_activation, check_dataset, check_serva
 from kvbench.engine.policy_checks import check_priorities
 from kvbench.results.resultsdir import check_results_dir
 from kvbench.run import ids  # noqa: F401  (registers ${kvbench_id:...}, which the run dirs use)
+from kvbench.run.group_knobs import hf_mixed_refusal
 from kvbench.run.prepare import _allocator, _errors, _workload, run_spec
 from kvbench.run.rundir import KEEP_ENV, check_output_dirs, keep_dir_for
 from kvbench.sim.offload import check_tier_sizes
@@ -122,9 +123,12 @@ def _check_hf(cfg: DictConfig) -> RunSpec | None:
     from kvbench.executors.hf import resolve_device, virtual_clock  # start-up time: torch and transformers, hf only
     from kvbench.hf.model import FAMILIES  # start-up time: as above
 
+    geometry = model_geometry(cfg.model)
+    refusal = hf_mixed_refusal(cfg, geometry)  # a mixed family's own reason before the family list
+    if refusal is not None:
+        raise ConfigError(refusal)
     if cfg.model.family not in FAMILIES:
         raise ConfigError(f"model.family must be one of {', '.join(FAMILIES)} on backend=hf; got {cfg.model.family!r}")
-    geometry = model_geometry(cfg.model)
     virtual_clock(cfg.model, cfg.engine, cfg.gpu, cfg.get("system"), geometry=geometry)  # engine.clock=virtual
     device = resolve_device(cfg.engine.device)
     if cfg.engine.attention == "triton" and device == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
