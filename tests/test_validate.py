@@ -284,7 +284,7 @@ def test_fit_ops_dir_writes_a_usable_profile_with_its_held_out_error(tmp_path, c
     capsys.readouterr()
     assert main(["--fit-ops", str(tables), "--out", str(out), *SPEC]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.count("\n") == 0 and "exists; pass --force" in err and out.read_text() == text
+    assert err.count("\n") == 0 and "exists; give another path or --force" in err and out.read_text() == text
 
 
 def test_fit_ops_dir_refuses_a_bad_table_in_one_line_and_writes_nothing(tmp_path, capsys):

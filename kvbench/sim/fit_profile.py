@@ -22,10 +22,10 @@ import json
 import math
 import os
 import re
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from kvbench.results.outputs import OutputError, check_target
 from kvbench.sim import opfit
 from kvbench.sim.operators import OP_KEYS, OP_MODELS, OP_NAMES
 
@@ -388,29 +388,11 @@ def name_problem(name: str) -> str | None:
 
 def out_problem(out: Path, name: str, force: bool) -> str | None:
     """Why the profile cannot be written to ``out``, or None: it must be ``NAME.yaml`` (so that
-    ``gpu=NAME`` finds it), a regular file or nothing yet, in a folder that exists."""
+    ``gpu=NAME`` finds it), and a target the one writer accepts (``kvbench.results.outputs``)."""
     if out.name != f"{name}.yaml":
         return f"--out {out}: the file must be named {name}.yaml so that gpu={name} selects it"
-    if out.is_symlink():
-        return f"--out {out} is a symbolic link; give the file itself (a link is never replaced)"
-    if out.is_dir():
-        return f"--out {out} is a directory; give the profile's file path"
-    if out.exists() and not out.is_file():
-        return f"--out {out} is not a regular file"
-    if out.exists() and not force:
-        return f"--out {out} exists; pass --force to replace it"
-    if not out.parent.is_dir():
-        return f"--out {out}: folder {out.parent} does not exist"
-    return None
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file in the same folder."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+        check_target(out, force=force)
+    except OutputError as exc:
+        return str(exc)
+    return None

@@ -34,6 +34,7 @@ from scipy.optimize import least_squares
 
 from kvbench.cli import OneLineParser, fail, finite_positive
 from kvbench.config.spec import model_geometry
+from kvbench.results.outputs import OutputError, write_text
 from kvbench.sim import fit_profile, opfit
 from kvbench.sim.cost_model import CostParams, StepSummary, gpu_constant, op_constants, step_time
 from kvbench.sim.operators import OP_MODELS
@@ -281,7 +282,12 @@ def fit_user_profile(args) -> int:
     problem = fit_profile.out_problem(args.out, args.name, args.force)  # the fit takes a while: look again
     if problem:
         return fail(prog, problem)
-    fit_profile.write_atomic(args.out, text)
+    try:
+        write_text(args.out, text, force=args.force)
+    except OutputError as exc:
+        return fail(prog, str(exc))
+    except OSError as exc:
+        return fail(prog, f"--out: cannot write {args.out}: {exc.strerror or exc}")
     print(text, end="")
     print(f"written: {args.out}")
     return 0
