@@ -36,6 +36,7 @@ OPTIONAL: dict[str, object] = {
     "model.layer_norm_eps": 1e-5,
     "model.init_std": 0.02,
     "baseline": "orca-max",
+    "workload.priority_shares": [0.5, 0.5],  # +workload.priority_shares=[0.2,0.8]: kvbench.workloads.priorities
 }
 OPEN_GROUPS = ("model", "gpu")  # a field of one option is a knob of them all (read with .get)
 SKIP_ROOTS = ("hydra",)
@@ -83,6 +84,8 @@ def _leaves(node, prefix: str = "", skip: tuple[str, ...] = SKIP_ROOTS):
 def _value(node):
     if node._is_interpolation() or node._is_missing():
         return _UNSET
+    if isinstance(node, (DictConfig, ListConfig)):  # a list's _value() is its item nodes
+        return OmegaConf.to_container(node)
     value = node._value()
     return OmegaConf.to_container(value) if isinstance(value, (DictConfig, ListConfig)) else value
 

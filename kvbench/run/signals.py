@@ -42,8 +42,27 @@ def what(exc: BaseException) -> str:
     return "terminated" if isinstance(exc, Terminated) else "interrupted"
 
 
+# the commands that run work, by console script and by ``python -m`` module: each answers a signal
+# in one line from its first import on (kvbench/__init__ installs the start-up handlers)
+COMMANDS = {"kvbench": "kvbench.app", "kvbench-capacity": "kvbench.tools.capacity",
+            "kvbench-report": "kvbench.tools.report", "kvbench-plot": "kvbench.tools.plot",
+            "kvbench-results": "kvbench.results.cli", "kvbench-validate": "kvbench.sim.validate"}
+
+
+def command_name() -> str | None:
+    """The command this process is (``kvbench-capacity``), or None (a test, a script, another tool)."""
+    script = os.path.basename(sys.argv[0]) if sys.argv else ""
+    if script in COMMANDS:
+        return script
+    modules = {module: name for name, module in COMMANDS.items()}
+    module = next((m for m in sys.orig_argv[1:3] if m in modules), None)
+    if module is None and sys.argv and sys.argv[0].endswith("kvbench/app.py"):
+        module = "kvbench.app"
+    return modules.get(module) if module else None
+
+
 def _exit_during_startup(signum, frame) -> None:
-    os.write(2, b"kvbench: interrupted during start-up; nothing was written\n")
+    os.write(2, f"{command_name() or 'kvbench'}: interrupted during start-up; nothing was written\n".encode())
     os._exit(EXIT_CODES.get(signum, 1))
 
 

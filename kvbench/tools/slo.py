@@ -15,6 +15,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from kvbench.cli import number
+
 LATENCY = re.compile(r"^(mean|median|std|p(\d+(?:\.\d+)?))_(ttft|tpot|itl|e2el)_ms$")
 SECONDS = ("mean_ttft_s", "p99_ttft_s", "mean_tpot_s", "p99_tpot_s", "mean_e2e_s", "normalized_latency_s")
 GOODPUT = "goodput"
@@ -72,15 +74,13 @@ def parse_slo(text: str, percentiles: Sequence[float] = (90, 95, 99), goodput_se
                            f"metrics.percentiles=[{match.group(2)}]")
         if not match and metric not in SECONDS and metric != GOODPUT:
             raise SLOError(f"--slo: unknown metric {metric!r}; allowed: {allowed}")
+        if metric in bounds:
+            raise SLOError(f"--slo: {metric} given twice ({metric}={bounds[metric]:g} and {item}); give each bound once")
         try:
-            bound = float(raw)
-        except ValueError:
-            raise SLOError(f"--slo: {metric}={raw!r} is not a number") from None
-        if not bound > 0 or math.isinf(bound):
-            raise SLOError(f"--slo: {metric} must have a positive, finite bound; got {raw}")
+            bound = number(raw, unit_of(metric), above=0, at_most=1 if metric == GOODPUT else None)
+        except ValueError as exc:
+            raise SLOError(f"--slo: {metric} {exc}") from None
         if metric == GOODPUT:
-            if bound > 1:
-                raise SLOError(f"--slo: goodput is a fraction of requests in (0, 1]; got {raw}")
             if not goodput_set:
                 raise SLOError("--slo: goodput needs per-request SLOs in metrics.goodput "
                                "(e.g. metrics.goodput='ttft:2000 tpot:100')")
@@ -88,6 +88,11 @@ def parse_slo(text: str, percentiles: Sequence[float] = (90, 95, 99), goodput_se
     if not bounds:
         raise SLOError(f"--slo: give at least one bound ({allowed})")
     return SLO(bounds)
+
+
+def unit_of(metric: str) -> str:
+    """The unit of an SLO metric's bound, for messages."""
+    return "a fraction of the finished requests" if metric == GOODPUT else "s" if metric.endswith("_s") else "ms"
 
 
 def measured(summary: Mapping[str, object], metric: str) -> float:
