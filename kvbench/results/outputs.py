@@ -49,7 +49,7 @@ def check_target(path: str | Path, *, force: bool = False, flag: str = "--out", 
         raise OutputError(f"{flag}: {target} exists and is not a regular file (refused)")
     if not target.parent.is_dir():
         raise OutputError(f"{flag}: folder {target.parent} does not exist (nothing was written)")
-    if not _in_owned(target, owned) and _inside_run_folder(target):
+    if not _in_owned(target, owned) and inside_run_folder(target):
         raise OutputError(f"{flag}: {target} is inside a run folder (refused: a run's files are not outputs)")
     if _is_results_index(target):
         raise OutputError(f"{flag}: {target} is a results index (refused: it would be overwritten)")
@@ -76,7 +76,8 @@ def _is_results_index(target: Path) -> bool:
     return isinstance(row, dict) and "run_id" in row
 
 
-def _inside_run_folder(target: Path) -> bool:
+def inside_run_folder(target: Path) -> bool:
+    """Whether ``target``'s folder is a run folder, lies inside one, or lies under a results folder's ``runs/``."""
     folder = target.parent.resolve()
     for ancestor in (folder, *folder.parents):
         if any((ancestor / marker).exists() for marker in RUN_MARKERS):

@@ -5,6 +5,7 @@ import os
 from pathlib import Path
 
 from kvbench.config.errors import ConfigError
+from kvbench.results.outputs import inside_run_folder
 
 MIN_FREE_BYTES = 16 << 20  # a run's parquet files and summary; far more with memmap snapshots
 
@@ -24,6 +25,9 @@ def check_results_dir(results: Path) -> None:
         existing = existing.parent
     if not existing.is_dir():
         raise ConfigError(f"results_dir: {existing} is not a directory")
+    if inside_run_folder(folder / "index.jsonl"):
+        raise ConfigError(f"results_dir: {folder} is inside a run folder (a run's folder is not a results folder); "
+                          "give a folder of its own")
     if not os.access(existing, os.W_OK | os.X_OK):
         raise ConfigError(f"results_dir: cannot write in {existing} (read-only or no permission)")
     try:
