@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -32,7 +33,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.errors import HydraException
 
-from kvbench.cli import OneLineParser
+from kvbench.cli import OneLineParser, command, number
 from kvbench.config.conflicts import first_refusal
 from kvbench.config.errors import CONF_DIR
 from kvbench.metrics import parse_percentiles
@@ -41,13 +42,15 @@ from kvbench.results.outputs import OutputError, write_text
 from kvbench.results.repeats import spread_of
 from kvbench.run.ids import new_run_id
 from kvbench.run.lifecycle import run
-from kvbench.run.precheck import check_job
+from kvbench.run.precheck import check_job, precheck
+from kvbench.run.rundir import KEEP_ENV
 from kvbench.run.prepare import _errors
 from kvbench.run.rundir import discard
 from kvbench.tools.slo import SLO, SLOError, meets, parse_slo
 
 KNOBS = {"request_rate": "workload.request_rate", "max_concurrency": "workload.max_concurrency"}
 UNITS = {"request_rate": "req/s", "max_concurrency": "requests in flight"}
+MAX_PROBES = 50  # per search: bracketing and bisection together (64 bits of a float end any bisection sooner)
 
 
 class CapacityError(ValueError):
@@ -129,12 +132,59 @@ def parse_seeds(text: str | None) -> list[int] | None:
     if text is None:
         return None
     try:
-        seeds = [int(part) for part in text.split(",")]
-    except ValueError:
-        raise CapacityError(f"--seeds: a comma-separated list of whole numbers >= 0, e.g. 0,1,2; got {text!r}") from None
-    if any(seed < 0 for seed in seeds) or len(set(seeds)) != len(seeds):
+        seeds = [int(number(part, "a run seed, in a comma-separated list such as 0,1,2", at_least=0,
+                            integer=True)) for part in text.split(",")]
+    except ValueError as exc:
+        raise CapacityError(f"--seeds: each seed {exc}") from None
+    if len(set(seeds)) != len(seeds):
         raise CapacityError(f"--seeds: distinct whole numbers >= 0; got {text!r}")
     return seeds
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """The search's range and steps, checked: ``low`` <= ``high``, finite, in the knob's unit."""
+    low: float
+    high: float
+    tolerance: float
+    growth: float
+
+    def most_probes(self, integer: bool) -> int:
+        """The most probes one search can make: bracketing, then halving the last bracket."""
+        bracket = math.ceil(math.log(self.high / self.low) / math.log(self.growth)) + 1
+        width = max(self.high - self.high / self.growth, self.tolerance)
+        halvings = math.ceil(math.log2(width / (max(self.tolerance, 1.0) if integer else self.tolerance)))
+        return bracket + max(halvings, 0)
+
+
+def _option(flag: str, text: float | str, unit: str, **bounds) -> float:
+    """One numeric option, by ``kvbench.cli.number``; CapacityError naming the flag."""
+    try:
+        return number(text, unit, **bounds)
+    except ValueError as exc:
+        raise CapacityError(f"{flag}: {exc}") from None
+
+
+def search_bounds(knob: str, low: float | str, high: float | str, tolerance: float | str | None,
+                  growth: float | str) -> Bounds:
+    """``--low``, ``--high``, ``--tolerance`` and ``--growth``, each parsed by ``kvbench.cli.number``
+    in the searched knob's unit; CapacityError for a value out of range or a search of more than
+    ``MAX_PROBES`` probes (``--high inf`` would never end)."""
+    integer, unit = knob == "max_concurrency", UNITS[knob]
+    tolerance = tolerance if tolerance is not None else (1 if integer else 0.1)
+    value = {"above": 0} if not integer else {"at_least": 1, "integer": True}
+    parsed = {"low": _option("--low", low, unit, **value), "high": _option("--high", high, unit, **value),
+              "tolerance": _option("--tolerance", tolerance, unit, **value),
+              "growth": _option("--growth", growth, "the factor from one bracketing probe to the next", above=1)}
+    bounds = Bounds(**parsed)
+    if bounds.high < bounds.low:
+        raise CapacityError(f"--high {bounds.high:g} is below --low {bounds.low:g} ({unit}); give low <= high")
+    most = bounds.most_probes(integer)
+    if most > MAX_PROBES:
+        raise CapacityError(f"--low {bounds.low:g}, --high {bounds.high:g}, --growth {bounds.growth:g}, --tolerance "
+                            f"{bounds.tolerance:g} ({unit}): up to {most} probes per search, more than {MAX_PROBES}; "
+                            "narrow the range, widen --tolerance or raise --growth")
+    return bounds
 
 
 def search(probe: Callable[[float], Probe], low: float, high: float, tolerance: float, growth: float = 2.0,
@@ -157,6 +207,8 @@ def search(probe: Callable[[float], Probe], low: float, high: float, tolerance: 
             failed = value
     while failed - held > tolerance and not (integer and failed - held <= 1):
         middle = (held + failed) // 2 if integer else (held + failed) / 2
+        if middle in (held, failed):  # the bracket is as narrow as a float can say
+            break
         probes.append(probe(middle))
         if probes[-1].ok:
             held = middle
@@ -265,21 +317,35 @@ def write_json(path: Path, payload: dict) -> None:
         raise CapacityError(f"capacity.json: cannot write {path}: {exc.strerror or exc}") from None
 
 
-def capacity(overrides: Sequence[str], slo_text: str, knob: str = "request_rate", low: float = 0.5,
-             high: float = 64.0, tolerance: float | None = None, growth: float = 2.0,
+def precheck_probes(prober: "HydraProber", allocators: Sequence[str], value: float,
+                    seeds: Sequence[int | None]) -> None:
+    """Each search's first probe through ``kvbench``'s own pre-check (``kvbench.run.precheck``):
+    the same grammar, knob kinds and conflict rules as ``kvbench`` itself; CapacityError in one line."""
+    keep = os.environ.get(KEEP_ENV)
+    try:
+        for allocator in allocators:
+            for seed in seeds:
+                error = precheck(prober.overrides_for(allocator, value, seed))
+                if error:
+                    raise CapacityError(error)
+    finally:  # the pre-check notes kvbench's own run dir; the probes have theirs
+        os.environ.pop(KEEP_ENV, None) if keep is None else os.environ.__setitem__(KEEP_ENV, keep)
+
+
+def capacity(overrides: Sequence[str], slo_text: str, knob: str = "request_rate", low: float | str | None = None,
+             high: float | str = 64.0, tolerance: float | str | None = None, growth: float | str = 2.0,
              out: Callable[[str], None] = print, seeds: Sequence[int] | None = None
              ) -> tuple[list[Answer], Path | None, list[Overall]]:
     """Search each allocator's highest knob value meeting the SLO, once per seed of ``seeds`` (None:
     once, on the config's seed); the answers (allocator-major, seed-minor), the probes' dir, and
-    with ``seeds`` each allocator's overall answer."""
+    with ``seeds`` each allocator's overall answer. ``low`` (default 0.5 req/s, or 1 request in
+    flight), ``high``, ``tolerance`` and ``growth`` as given on the command line (``search_bounds``)."""
     integer = knob == "max_concurrency"
-    tolerance = tolerance if tolerance is not None else (1.0 if integer else 0.1)
-    if not (low > 0 and high >= low and tolerance > 0 and growth > 1) or (integer and low != int(low)):
-        whole = " and a whole low" if integer else ""
-        raise CapacityError(f"--low, --high, --tolerance, --growth: need 0 < low <= high, tolerance > 0, growth > 1"
-                            f"{whole}; got {low:g}, {high:g}, {tolerance:g}, {growth:g}")
+    bounds = search_bounds(knob, low if low is not None else (1 if integer else 0.5), high, tolerance, growth)
+    low, high, tolerance, growth = bounds.low, bounds.high, bounds.tolerance, bounds.growth
     runs_seeds: list[int | None] = list(seeds) if seeds else [None]
     allocators, rest = split_allocators(overrides, knob, seeds=bool(seeds))
+    precheck_probes(HydraProber(rest, knob, SLO({}), out), allocators, low, runs_seeds)
     answers: list[Answer] = []
     overall: list[Overall] = []
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
@@ -333,13 +399,14 @@ def _strict(row: dict) -> dict:
 def parser() -> argparse.ArgumentParser:
     p = OneLineParser(prog="kvbench-capacity", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("overrides", nargs="*", help="kvbench overrides (allocator=a,b searches each allocator)")
+    p.add_argument("overrides", nargs="*", help="kvbench overrides (allocator=a,b searches each allocator), "
+                   "anywhere among the options")
     p.add_argument("--slo", required=True, help="METRIC=BOUND,... e.g. p99_ttft_ms=2000,p99_tpot_ms=100 "
                    "or goodput=0.9 (with metrics.goodput)")
     p.add_argument("--knob", choices=tuple(KNOBS), default="request_rate", help="what to search (default %(default)s)")
-    p.add_argument("--low", type=float, default=0.5, help="the first probe (default %(default)s)")
-    p.add_argument("--high", type=float, default=64.0, help="bracketing stops here (default %(default)s)")
-    p.add_argument("--growth", type=float, default=2.0, help="bracketing factor (default %(default)s)")
+    p.add_argument("--low", help="the first probe (default 0.5 req/s, or 1 request in flight)")
+    p.add_argument("--high", default="64", help="bracketing stops here (default %(default)s)")
+    p.add_argument("--growth", default="2", help="bracketing factor, > 1 (default %(default)s)")
     p.add_argument("--tolerance", type=float, help="bisection stops when the bracket is this narrow "
                    "(default 0.1 req/s, or 1 request in flight)")
     p.add_argument("--seeds", help="search once per run seed, e.g. 0,1,2; answers per seed and overall "
@@ -347,6 +414,7 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+@command("kvbench-capacity", on_signal="the finished probes are kept (each its run dir and index row)")
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     t0 = time.perf_counter()
@@ -357,9 +425,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CapacityError as exc:
         print(f"kvbench-capacity: error: {exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("kvbench-capacity: interrupted; the finished probes are kept", file=sys.stderr)
-        return 130
     unit = UNITS[args.knob]
     for answer in answers:
         print(answer.line(unit))
@@ -370,8 +435,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     below = [a for a in answers if a.sustained is None]
     if below:
         seed = f" (seed {below[0].seed})" if below[0].seed is not None else ""
+        low = below[0].failed_at
         print(f"kvbench-capacity: error: {below[0].label}{seed}: the SLO fails already at {KNOBS[args.knob]}="
-              f"{args.low:g}: below {args.low:g}; lower --low", file=sys.stderr)
+              f"{low:g}: below {low:g}; lower --low", file=sys.stderr)
         return 2
     return 0
 
