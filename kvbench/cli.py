@@ -41,16 +41,17 @@ def _bounds(above: float | None, at_least: float | None, at_most: float | None) 
 
 
 def number(text: str | float, unit: str, *, above: float | None = None, at_least: float | None = None,
-           at_most: float | None = None, integer: bool = False) -> float:
-    """``text`` as a finite number (a whole one with ``integer``) within the bounds; ValueError with
-    one line naming the range and ``unit`` otherwise (the caller puts the option's name first)."""
-    kind = "a whole number" if integer else "a finite number"
-    wanted = " ".join(p for p in (kind, _bounds(above, at_least, at_most), f"({unit})") if p)
+           at_most: float | None = None, integer: bool = False, infinite: bool = False) -> float:
+    """``text`` as a finite number (a whole one with ``integer``; ``infinite``: inf and -inf too, never
+    nan) within the bounds; ValueError with one line naming the range and ``unit`` otherwise (the
+    caller puts the option's name first)."""
+    kind = "a whole number" if integer else "a number other than nan" if infinite else "a finite number"
+    wanted = " ".join(p for p in (kind, _bounds(above, at_least, at_most)) if p) + f", in {unit}"
     try:
         value = float(str(text).strip())
     except ValueError:
         raise ValueError(f"must be {wanted}; got {str(text)!r}") from None
-    if (not math.isfinite(value) or (integer and not value.is_integer())
+    if (math.isnan(value) or (math.isinf(value) and not infinite) or (integer and not value.is_integer())
             or (above is not None and not value > above) or (at_least is not None and not value >= at_least)
             or (at_most is not None and not value <= at_most)):
         raise ValueError(f"must be {wanted}; got {str(text)!r}")
@@ -78,7 +79,8 @@ class _Once:
 
     def __call__(self, parser, namespace, values, option_string=None) -> None:
         seen = parser.__dict__.setdefault("_given", {})
-        given = option_string if values is None or values == [] else f"{option_string} {values}"
+        shown = f"{values:g}" if isinstance(values, float) else values
+        given = option_string if values is None or values == [] else f"{option_string} {shown}"
         if self.dest in seen:
             parser.error(f"{option_string} given twice ({seen[self.dest]}, then {given}); give it once")
         seen[self.dest] = given

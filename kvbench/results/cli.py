@@ -2,7 +2,6 @@
 ``--export`` (``kvbench/results/compare.py``), ``--reindex`` and ``--clean`` (``kvbench/results/reindex.py``)."""
 from __future__ import annotations
 
-import argparse
 import math
 import sys
 from collections.abc import Iterable, Sequence
@@ -10,6 +9,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from kvbench.cli import OneLineParser, command
 from kvbench.results.compare import (add_arguments, check_modes, check_sweep_dir, compare_or_export, note_all_null_sort,
                                      with_granularity)
 from kvbench.results.grouping import GroupingError, distinct_settings, is_setting, settings_that_vary, split
@@ -53,13 +53,14 @@ class _UsageError(ValueError):
     """A command line argparse refuses; reported as one line."""
 
 
-class _OneLineParser(argparse.ArgumentParser):
+class _OneLineParser(OneLineParser):
     """argparse that reports a bad command line as one line (no usage block), exit 2."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
         raise _UsageError(message)
 
 
+@command("kvbench-results", on_signal="nothing was changed (an index rewrite is all or nothing)")
 def main(argv: Sequence[str] | None = None) -> int:
     """``kvbench-results``: print a comparison table of index columns, grouped by experiment."""
     parser = _OneLineParser(

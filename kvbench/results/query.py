@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from kvbench.cli import number
 from kvbench.results.naming import allocator_label, missing
 
 _WHERE = re.compile(r"^\s*([\w.]+)\s*(==|!=|>=|<=|=|>|<)\s*(.*?)\s*$")
@@ -45,6 +46,12 @@ def _known(df: pd.DataFrame, column: str, flag: str) -> None:
         raise QueryError(f"{flag}: unknown column {column!r}")
 
 
+def unit_of(column: str) -> str:
+    """The unit of a summary column, from its name (``_ms``, ``_s``, ``_frac``, ``_bytes``)."""
+    units = {"_ms": "ms", "_s": "s", "_frac": "a fraction", "_bytes": "bytes", "request_rate": "req/s"}
+    return next((unit for suffix, unit in units.items() if column.endswith(suffix)), f"as {column} holds it")
+
+
 def where(df: pd.DataFrame, conditions: Sequence[str]) -> pd.DataFrame:
     """Keep rows meeting every ``COL=V``, ``COL!=V``, ``COL>V`` (``<``, ``>=``, ``<=``)."""
     keep = pd.Series(True, index=df.index)
@@ -61,9 +68,9 @@ def where(df: pd.DataFrame, conditions: Sequence[str]) -> pd.DataFrame:
             continue
         numeric = pd.api.types.is_numeric_dtype(col)
         try:
-            value = float(raw) if numeric else raw
-        except ValueError:
-            raise QueryError(f"--where: {column} is numeric; {raw!r} is not a number") from None
+            value = number(raw, unit_of(column), infinite=True) if numeric else raw
+        except ValueError as exc:
+            raise QueryError(f"--where: {column} {exc}") from None
         text = col if numeric else col.astype(str)
         if op in ("=", "=="):
             hit = text == value

@@ -28,6 +28,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
+from kvbench.cli import quiet_libraries
 from kvbench.config.errors import CONF_DIR, ConfigError
 from kvbench.config.sweeper_checks import ADDED_OVERRIDES
 from kvbench.metrics import format_report, parse_percentiles
@@ -203,7 +204,8 @@ def main(task_function: Callable[[DictConfig], float | None]) -> None:
     if signals.is_command():
         atexit.register(_last_word)  # registered before Hydra's and joblib's, so it runs after them
     try:
-        code = _main(task_function)
+        with quiet_libraries("kvbench"):  # a library's warning is no line of the user's (Hydra's search path)
+            code = _main(task_function)
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     except (KeyboardInterrupt, Terminated) as exc:  # raised where no handler below was waiting

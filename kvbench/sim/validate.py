@@ -32,7 +32,7 @@ import numpy as np
 from omegaconf import OmegaConf
 from scipy.optimize import least_squares
 
-from kvbench.cli import OneLineParser, fail, finite_positive
+from kvbench.cli import OneLineParser, command, fail, number_type
 from kvbench.config.spec import model_geometry
 from kvbench.results.outputs import OutputError, write_text
 from kvbench.sim import fit_profile, opfit
@@ -293,6 +293,8 @@ def fit_user_profile(args) -> int:
     return 0
 
 
+SPEC_UNITS = {"--peak-flops": "FLOP/s", "--mem-bandwidth": "bytes/s", "--memory-bytes": "bytes",
+              "--host-bandwidth": "bytes/s", "--interconnect-bandwidth": "bytes/s", "--peak-flops-fp32": "FLOP/s"}
 # Each option acts in some of the three modes; given in another, it is refused, never ignored
 FIT_DIR, FIT, REPORT = "--fit-ops DIR", "--fit", "the report (no --fit, no --fit-ops DIR)"
 ACTS_IN: dict[str, tuple[str, ...]] = {
@@ -315,6 +317,7 @@ def idle_option(args) -> str | None:
     return None
 
 
+@command("kvbench-validate")
 def main(argv: list[str] | None = None) -> int:
     parser = OneLineParser(prog="kvbench-validate", description=__doc__.splitlines()[0])
     parser.add_argument("--file", type=Path, help=f"end-to-end measurements CSV (default {MEASUREMENTS.name})")
@@ -329,9 +332,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="--fit-ops DIR: refuse (exit 2, nothing written) if any table or row is bad")
     parser.add_argument("--op-model", choices=list(OP_MODELS), default=None,
                         help="--fit-ops DIR: the op_model the written profile selects (default fixed_floor)")
-    for flag in ("--peak-flops", "--mem-bandwidth", "--memory-bytes", "--host-bandwidth", "--interconnect-bandwidth",
-                 "--peak-flops-fp32"):
-        parser.add_argument(flag, type=finite_positive, help="--fit-ops DIR: the GPU's spec figure (profile key)")
+    for flag, unit in SPEC_UNITS.items():
+        parser.add_argument(flag, type=number_type(unit, above=0),
+                            help=f"--fit-ops DIR: the GPU's spec figure in {unit} (profile key)")
     parser.add_argument("--name", help="--fit-ops DIR: the profile's name (gpu=NAME selects it)")
     parser.add_argument("--held-out", action="store_true", help="leave-one-model-out and leave-one-TP-out errors")
     parser.add_argument("--points", action="store_true", help="print every end-to-end point")

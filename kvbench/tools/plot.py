@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from kvbench.cli import OneLineParser
+from kvbench.cli import OneLineParser, command
 from kvbench.results.dropped import Dropped
 from kvbench.results.naming import cell
 from kvbench.results.outputs import OutputError, check_target, write_many
@@ -268,6 +268,7 @@ def spec_of(args: argparse.Namespace) -> PlotSpec:
                     logx=args.logx, logy=args.logy, table=args.table, title=args.title)
 
 
+@command("kvbench-plot")
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     spec = spec_of(args)

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from kvbench.cli import OneLineParser
+from kvbench.cli import OneLineParser, command
 from kvbench.results.compare import compare_groups
 from kvbench.results.dropped import Dropped
 from kvbench.results.grouping import distinct_settings, is_seed, settings_that_vary
@@ -327,6 +327,7 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+@command("kvbench-report")
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parser().parse_args(argv)
