@@ -3,8 +3,9 @@
     .venv/bin/python scripts/curate_results.py SRC_DIR DST_DIR [--keep-steps EXP ...] [--since RUN_ID]
         [--drop-before EXPERIMENT=RUN_ID ...]
 
-Keeps the newest run of each configuration (its settings and the experiment file it ran from: two
-studies' runs of the same settings are each their own study's point), copies summary.json of every kept run plus its
+Keeps the newest run of each configuration (every setting the grouping rule reads, seeds included,
+and the experiment file it ran from: two studies' runs of the same settings are each their own
+study's point; runs that differ in any recorded ``cfg.*`` leaf are both kept), copies summary.json of every kept run plus its
 steps/requests/memmap files only for the experiments named by --keep-steps (the figures that
 read them), and writes DST_DIR/index.jsonl with run_dir paths relative to DST_DIR.
 """
@@ -15,11 +16,17 @@ import json
 import shutil
 from pathlib import Path
 
-from kvbench.results.grouping import experiment_file
+import pandas as pd
 
-KEY = ("experiment", "allocator", "reserve", "block_size", "workload", "request_rate", "n", "beam_width",
-       "prefix_len", "preemption", "kv_bytes", "model", "backend", "seed", "baseline", "gpu_profile", "system",
-       "ignore_eos", "page_bytes", "policy", "preemption_victim", "aging_bound_s", "sjf_error", "keep_arrival_order")
+from kvbench.results.grouping import experiment_files, group_keys, is_seed, setting_columns
+
+
+def configuration_keys(rows: list[dict]) -> list[tuple]:
+    """One key per row: its value of every setting column of the rows together, the seeds and the
+    experiment file it ran from (kvbench.results.grouping's rule, so a knob added later splits too)."""
+    frame = pd.DataFrame(rows)
+    columns = [*setting_columns(frame), *(c for c in frame.columns if is_seed(str(c)))]
+    return [(*key, file) for key, file in zip(group_keys(frame, columns), experiment_files(frame))]
 
 
 def main() -> None:
@@ -31,16 +38,17 @@ def main() -> None:
     parser.add_argument("--drop-before", nargs="*", default=[], metavar="EXPERIMENT=RUN_ID",
                         help="drop an experiment's runs older than RUN_ID (superseded by a rerun)")
     args = parser.parse_args()
-    rows: dict[tuple, dict] = {}
+    kept = []
     for line in (args.src / "index.jsonl").read_text().splitlines():
         try:
             row = json.loads(line)
         except json.JSONDecodeError:
             continue
         cutoff = dict(item.split("=", 1) for item in args.drop_before).get(row["experiment"], args.since)
-        if row["run_id"] < max(cutoff, args.since):
-            continue
-        key = (*(row.get(k) for k in KEY), experiment_file(row.get("overrides")))
+        if row["run_id"] >= max(cutoff, args.since):
+            kept.append(row)
+    rows: dict[tuple, dict] = {}
+    for key, row in zip(configuration_keys(kept), kept):
         if key not in rows or rows[key]["run_id"] < row["run_id"]:
             rows[key] = row
     args.dst.mkdir(parents=True, exist_ok=True)
