@@ -132,10 +132,9 @@ def parse_seeds(text: str | None) -> list[int] | None:
     if text is None:
         return None
     try:
-        seeds = [int(number(part, "a run seed, in a comma-separated list such as 0,1,2", at_least=0,
-                            integer=True)) for part in text.split(",")]
+        seeds = [int(number(part, "run seeds", at_least=0, integer=True)) for part in text.split(",")]
     except ValueError as exc:
-        raise CapacityError(f"--seeds: each seed {exc}") from None
+        raise CapacityError(f"--seeds: a comma-separated list such as 0,1,2; each seed {exc}") from None
     if len(set(seeds)) != len(seeds):
         raise CapacityError(f"--seeds: distinct whole numbers >= 0; got {text!r}")
     return seeds
