@@ -69,7 +69,7 @@ def test_an_slo_holds_on_every_bound_and_never_on_a_run_that_served_nothing():
 
 @pytest.mark.parametrize("args, message", [
     (["--slo", "p99_ttfb_ms=1"], "unknown metric"),
-    (["--slo", "p99_ttft_ms=-1"], "> 0 (ms)"),
+    (["--slo", "p99_ttft_ms=-1"], "> 0, in ms"),
     (["workload.request_rate=3", "--slo", "p99_ttft_ms=1"], "searches it"),
     (["workload.num_requests=3,4", "--slo", "p99_ttft_ms=1"], "only allocator may list several"),
     (["allocator=nope", "--slo", "p99_ttft_ms=1"], "nope"),

@@ -267,7 +267,7 @@ def test_number_refuses_in_one_line_naming_the_unit(text, bounds, message):
     (["--low", "8", "--high", "4"], "--high 4 is below --low 8 (req/s)"),
     (["--knob", "max_concurrency", "--low", "2.5"], "--low: must be a whole number >= 1, in requests in flight"),
     (["--knob", "max_concurrency", "--high", "inf"], "--high: must be a whole number >= 1, in requests in flight"),
-    (["--seeds", "0,1.5"], "--seeds: each seed must be a whole number >= 0"),
+    (["--seeds", "0,1.5"], "each seed must be a whole number >= 0"),
     (["--seeds", "0,0"], "--seeds: distinct whole numbers"),
 ])
 def test_capacity_numbers_are_one_line_with_their_unit(argv, message, tmp_path, capsys):

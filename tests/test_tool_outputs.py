@@ -8,6 +8,7 @@ results index still strict JSONL. A write: exit 0, only the named file(s) change
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 from collections.abc import Callable
@@ -42,6 +43,20 @@ def _sim_runs(results: Path, rates=(2, 8)) -> Path:
             finally:
                 HydraConfig.instance().cfg = None
     return sweep
+
+
+@pytest.fixture(autouse=True)
+def no_stale_log_handlers():
+    """An in-process Hydra app run by an earlier test leaves root handlers on that test's captured
+    streams, since closed; a record reaching them prints "--- Logging error ---" into this test's
+    stderr. A tool in its own process never has them."""
+    root = logging.getLogger()
+    stale = [h for h in root.handlers if getattr(getattr(h, "stream", None), "closed", False)]
+    for handler in stale:
+        root.removeHandler(handler)
+    yield
+    for handler in stale:
+        root.addHandler(handler)
 
 
 @pytest.fixture(scope="module")

@@ -88,6 +88,11 @@ def _has(key: str) -> Callable[[object], bool]:
     return lambda cfg: _select(cfg, key, missing=True) is not _MISSING
 
 
+def _set(key: str) -> Callable[[object], bool]:
+    """Present and not null (a null seed inherits the run's ``seed``: kvbench.config.seeds)."""
+    return lambda cfg: _select(cfg, key, missing=True) not in (_MISSING, None)
+
+
 RULES: list[Rule] = [
     Rule("seed", "int", low=0, high=2**63 - 1),
     Rule("progress", "bool"),
@@ -131,7 +136,7 @@ RULES: list[Rule] = [
     Rule("workload.burstiness", "number", above=0, when=_has("workload.burstiness")),
     Rule("workload.n", "int", low=1, high=1024, when=_has("workload.n")),
     Rule("workload.beam_width", "int", low=1, high=1024, when=_has("workload.beam_width")),
-    Rule("workload.seed", "int", low=0, high=2**63 - 1, when=_has("workload.seed")),
+    Rule("workload.seed", "int", low=0, high=2**63 - 1, when=_set("workload.seed")),
     Rule("workload.duration_s", "number", above=0, optional=True, when=_has("workload.duration_s")),
     # replayed production traces (kvbench/workloads/traces.py)
     Rule("workload.start_s", "number", low=0, when=_has("workload.start_s")),

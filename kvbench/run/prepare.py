@@ -53,7 +53,7 @@ class Prepared:
 
 def _profiled_step(cfg: DictConfig):
     """The forward whose peak the modelled vLLM profiles before sizing the pool (its system's)."""
-    from kvbench.sim.cost_model import profiled_step
+    from kvbench.sim.cost_model import profiled_step  # start-up time: the cost model only where a pool is sized
 
     eng, system = cfg.engine, cfg.get("system")
     memory_profile = (system.get("memory_profile") if system is not None else None) or "vllm-v1"
