@@ -22,6 +22,7 @@ from hydra.core.config_search_path import SearchPathQuery
 from hydra.core.global_hydra import GlobalHydra
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.utils import validate_config_path
+from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from kvbench.config.errors import CONF_DIR, ConfigError
@@ -41,6 +42,14 @@ class ConfigSource:
     def compose(self, overrides: list[str], return_hydra_config: bool = False) -> DictConfig:
         return compose(config_name=self.config_name, overrides=[*overrides, *self.searchpath_overrides],
                        return_hydra_config=return_hydra_config)
+
+    def master(self, overrides: list[str]) -> DictConfig:
+        """The multirun's own config, Hydra node included, as ``hydra -m`` composes it before its
+        sweeper starts: the command line less its sweeps (``overrides``: the whole command line)."""
+        hydra = GlobalHydra.instance().hydra
+        assert hydra is not None
+        return hydra.compose_config(config_name=self.config_name, overrides=list(overrides),
+                                    run_mode=RunMode.MULTIRUN, with_log_configuration=False)
 
     def group_names(self) -> set[str]:
         """The config groups a command line may choose, from every folder of the search path."""

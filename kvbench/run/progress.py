@@ -18,8 +18,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TextIO
 
-from omegaconf import OmegaConf
-
 from kvbench.run.rundir import START_FILE
 
 
@@ -111,11 +109,8 @@ def count_jobs(task_overrides: Sequence[str], sweeper_cfg) -> int | None:
         return int(trials) if isinstance(trials, int) else None
     from kvbench.run.precheck import _job_overrides  # start-up time: the pre-check's modules, only to count a sweep's jobs
 
-    given = {str(o).split("=", 1)[0].lstrip("+~") for o in task_overrides}
-    params = sweeper_cfg.get("params")
-    params = OmegaConf.to_container(params, resolve=False) if OmegaConf.is_config(params) else dict(params or {})
-    merged = [*task_overrides, *(f"{k}={v}" for k, v in params.items() if k not in given)]
     try:
-        return len(_job_overrides(merged, True))
+        params = [f"{k}={v}" for k, v in (sweeper_cfg.get("params") or {}).items()]  # as the sweeper reads them
+        return len(_job_overrides(list(task_overrides), True, params))
     except Exception:  # an override the basic sweeper would refuse: Hydra reports it itself
         return None
