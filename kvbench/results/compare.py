@@ -247,7 +247,7 @@ def compare_groups(df: pd.DataFrame, compared: str, baseline: str, metrics: Sequ
                     row[f"{m} ci95"] = repeat.half  # mean ± this: the 95% t interval (kvbench.results.repeats)
                 ratio = math.nan
                 if base is not None and base[m] and not math.isnan(base[m]):
-                    ratio = mean / base[m]
+                    ratio = float(mean) / float(base[m])  # inf / inf is nan, without numpy's warning line
                 row[f"{m}/base"] = ratio
             rows.append(row)
         first = part.iloc[0]
