@@ -191,7 +191,12 @@ def run_case(case: Case, workspace: Path) -> tuple[str, str]:
         case.setup(workspace)
     argv = case.argv(workspace)
     before = snapshot(workspace)
-    code, err = call(tool_main(case.tool), argv)
+    here = os.getcwd()
+    os.chdir(workspace)  # what a tool writes where it runs is in the workspace, and counted
+    try:
+        code, err = call(tool_main(case.tool), argv)
+    finally:
+        os.chdir(here)
     after = snapshot(workspace)
     index_ok = all(strict_index(p) for p in workspace.rglob("index.jsonl"))
     return classify(case, code, err, before, after, index_ok), err

@@ -8,7 +8,6 @@ folder of operator tables); nothing outside the workspace is written.
 """
 from __future__ import annotations
 
-import json
 import logging
 import os
 import shutil
@@ -85,17 +84,17 @@ def test_census_sample(name, pristine, tmp_path):
 SIGNALS = [(signal.SIGINT, 130), (signal.SIGTERM, 143)]
 
 
-def _signal_case(args: list[str], sig: int, cwd: Path, marker: str, stream: str = "stdout") -> str:
+def _signal_case(args: list[str], sig: int, cwd: Path, marker: str) -> str:
     """Run ``python args`` in ``cwd``, signal it once ``marker`` shows; the outcome."""
     env = dict(os.environ, PYTHONPATH=str(ROOT), WANDB_MODE="offline", WANDB_SILENT="true")
     proc = subprocess.Popen([sys.executable, *args], cwd=cwd, env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     deadline = time.time() + cc.LIMIT_S
-    while marker and time.time() < deadline:
+    while time.time() < deadline:
         line = proc.stdout.readline()
         if not line or marker in line:
             break
-    time.sleep(0.5 if marker else 8)  # no marker: the signal lands during start-up or the run
+    time.sleep(0.5)
     proc.send_signal(sig)
     try:
         _, err = proc.communicate(timeout=60)
@@ -122,10 +121,10 @@ def signal_outcomes(tmp_path: Path) -> list[tuple[cc.Case, str]]:
                        lambda ws: args, "refuse")
         out.append((case, _signal_case(args, sig, tmp_path, "probe paged")))
         run = ["-m", "kvbench.app", f"results_dir={tmp_path / f'run{sig}'}", *cc.TINY[:-2], "logger=none",
-               "workload.num_requests=20000"]
+               "workload.num_requests=200000"]
         run = [a for a in run if a != "workload.num_requests=4"]
         case = cc.Case(f"signals:kvbench {signal.Signals(sig).name}", "signals", "kvbench", lambda ws: run, "refuse")
-        out.append((case, _signal_case(run, sig, tmp_path, "")))
+        out.append((case, _signal_case(run, sig, tmp_path, "operator constants")))  # its first log line
     return out
 
 
@@ -153,9 +152,7 @@ def test_census_iv_thresholds(pristine, tmp_path):
     wrong += [f"{o:<10} {c.name}" for c, o in rows[len(CASES):] if o != "clear"]
     report = _table(rows) + "\n" + "\n".join(wrong)
     print(report)
-    (ROOT / "results").exists() and None  # the census writes only under tmp_path
     counts = Counter(outcome for _, outcome in rows)
     assert len(rows) >= 250
     assert counts["traceback"] == counts["lost"] == counts["hang"] == 0, report
     assert counts["silent"] <= 0.01 * len(rows), report
-    json.dumps(dict(counts))
