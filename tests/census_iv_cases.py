@@ -216,7 +216,10 @@ def _yaml(value) -> str | None:
 # baselines on which the rows' conditions are judged: each turns some conditions on or off
 READ_BASELINES: tuple[tuple[str, ...], ...] = (
     (), ("offload=host", "allocator=paged_prefix"), ("offload=host_disk", "allocator=paged_prefix"), ("engine.policy=sjf",), ("gpu.count=2",),
-    ("workload=synthetic", "workload.distribution=uniform"),
+    ("workload=synthetic", "workload.distribution=uniform"), ("workload=synthetic", "workload.distribution=lognormal"),
+    ("allocator=hybrid", "model=jamba-1.5-mini", "gpu=h200", "gpu.count=2"), ("engine.preemption=swap",),
+    ("engine.policy=priority", "+workload.priority_shares=[0.2,0.8]"),
+    ("allocator=paged_prefix",), ("workload=shared_prefix",), ("gpu=h200", "gpu.count=4"),
 )
 # values tried for a key whose default is null (a non-null value of its kind)
 NULL_VALUES = {"offload.host_bytes": "1000000000", "offload.host_gpu_multiple": "2", "offload.disk_bytes": "1000000000",
@@ -247,7 +250,7 @@ def reads_cases() -> list[Case]:
 
     from kvbench.config.reads import READS
 
-    cases, seen = [], set()
+    cases, seen, first = [], set(), {}  # first: each key's read state on the first baseline
     conditional = sorted({r.key for r in READS if r.when is not None})
     for base in READ_BASELINES:
         cfg = _compose(base)
@@ -257,9 +260,11 @@ def reads_cases() -> list[Case]:
                 continue
             text = _yaml(value) if value is not None else NULL_VALUES.get(key)
             read = _read(cfg, key)
-            if text is None or read is None or (key, read) in seen:
+            first.setdefault(key, read) if not base else None
+            # past the first baseline, only the keys it turns on or off: the conditions' edges
+            if text is None or read is None or (key, read, base[:1]) in seen or (base and first.get(key) == read):
                 continue
-            seen.add((key, read))
+            seen.add((key, read, base[:1]))
             args = [*base, f"{key}={text}"]
             expect = "ok" if read else "refuse"
             name = f"reads:{'read' if read else 'unread'}:{key}={text}@{','.join(base) or 'default'}"
