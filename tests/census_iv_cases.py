@@ -333,8 +333,11 @@ def grammar_cases() -> list[Case]:
                       lambda ws: [*_capacity_base(ws), "--slo", "p99_ttft_ms=5"], "refuse"))
     cases.append(Case("grammar:capacity a bound twice in one --slo", "grammar", "kvbench-capacity",
                       lambda ws: _replace(_capacity_base(ws), "--slo", "p99_ttft_ms=5,p99_ttft_ms=6"), "refuse"))
-    cases.append(Case("grammar:capacity max_concurrency --low 1.5", "grammar", "kvbench-capacity",
-                      lambda ws: [*_capacity_base(ws), "--knob", "max_concurrency", "--low", "1.5"], "refuse"))
+    for flag in ("--low", "--high"):
+        for bad in ("0", "-1", "1.5", "inf", "nan"):
+            cases.append(Case(f"grammar:capacity max_concurrency {flag} {bad}", "grammar", "kvbench-capacity",
+                              (lambda f, b: lambda ws: _replace([*_capacity_base(ws), "--knob", "max_concurrency"], f, b))(
+                                  flag, bad), "refuse"))
     cases.append(Case("grammar:capacity --low above --high", "grammar", "kvbench-capacity",
                       lambda ws: _replace(_replace(_capacity_base(ws), "--low", "4"), "--high", "2"), "refuse"))
     cases.append(Case("grammar:capacity --growth 1", "grammar", "kvbench-capacity",
@@ -524,6 +527,20 @@ def _edit_table(column: str | None, value: str, row: int = 3, drop: bool = False
     return setup
 
 
+def _second_table(edit: Callable[[Path], None]) -> Callable[[Path], None]:
+    def setup(ws: Path) -> None:
+        import shutil
+
+        shutil.copytree(ws / "tables" / "m", ws / "tables" / "good")
+        edit(ws)
+    return setup
+
+
+def _linked_tables(ws: Path) -> None:
+    (ws / "tables" / "m").rename(ws / "real_tables")
+    (ws / "tables" / "m").symlink_to(ws / "real_tables", target_is_directory=True)
+
+
 def tables_cases() -> list[Case]:
     from tests.test_validate_tables import COLUMNS
 
@@ -553,6 +570,11 @@ def tables_cases() -> list[Case]:
         (ws / "tables" / "m" / "mlp.csv").unlink()
     for name, setup in (("empty file", empty_file), ("binary file", binary), ("no tables", no_tables)):
         cases.append(Case(f"tables:{name}", "tables", "kvbench-validate", _validate_base, "refuse", setup=setup))
+    for column in ("n_head", "time_stats.add.median"):  # one bad table of two: the other is fitted, the bad one named
+        cases.append(Case(f"tables:one bad of two ({column})", "tables", "kvbench-validate", _validate_base, "word",
+                          setup=_second_table(_edit_table(column, "nan")), word="row 3"))
+    cases.append(Case("tables:a link to a folder of tables", "tables", "kvbench-validate", _validate_base, "ok",
+                      setup=_linked_tables))
     for name in ("a: b", "x\ny", "#c", "'q'", "{}", "[1]", "- z", "a=b", "*x", "&y", "!t"):
         cases.append(Case(f"tables:--name {name!r}", "tables", "kvbench-validate",
                           (lambda n: lambda ws: ["--fit-ops", str(ws / "tables"), "--out", str(ws / "out" / f"{n}.yaml"),
