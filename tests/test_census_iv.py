@@ -151,7 +151,7 @@ def test_census_iv_thresholds(pristine, tmp_path):
     rows += signal_outcomes(tmp_path)
     wrong += [f"{o:<10} {c.name}" for c, o in rows[len(CASES):] if o != "clear"]
     report = _table(rows) + "\n" + "\n".join(wrong)
-    print(report)
+    print("\n" + report)
     counts = Counter(outcome for _, outcome in rows)
     assert len(rows) >= 250
     assert counts["traceback"] == counts["lost"] == counts["hang"] == 0, report
