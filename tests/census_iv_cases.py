@@ -31,6 +31,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.test_tool_outputs import snapshot  # the workspace before and after a case
+
 LIMIT_S = 120  # a case still running after this is a hang
 OUTCOMES = ("clear", "ok", "silent", "unclear", "written", "traceback", "lost", "hang")
 CLASSES = ("reads", "grammar", "writer", "tables", "dropped", "signals")
@@ -51,24 +53,6 @@ class Case:
 
 
 # ------------------------------------------------------------------------------ the workspace
-def snapshot(top: Path) -> dict[str, tuple]:
-    """Every path under ``top``: a link's target, a folder, or a file's bytes (links not followed)."""
-    seen: dict[str, tuple] = {}
-    for folder, dirs, files in os.walk(top):
-        for name in [*dirs, *files]:
-            path = Path(folder) / name
-            key = str(path.relative_to(top))
-            if path.is_symlink():
-                seen[key] = ("link", os.readlink(path))
-            elif path.is_dir():
-                seen[key] = ("dir",)
-            elif path.is_file():
-                seen[key] = ("file", path.read_bytes())
-            else:
-                seen[key] = ("other",)
-    return seen
-
-
 def strict_index(path: Path) -> bool:
     """Every line of the index one JSON object, no NaN or Infinity tokens."""
     if not path.exists():

@@ -8,7 +8,6 @@ folder of operator tables); nothing outside the workspace is written.
 """
 from __future__ import annotations
 
-import logging
 import os
 import shutil
 import signal
@@ -22,7 +21,7 @@ import pytest
 
 import census_iv_cases as cc
 import tests.test_validate_tables as tables_helpers
-from tests.test_tool_outputs import _sim_runs
+from tests.test_tool_outputs import _sim_runs, no_stale_log_handlers  # noqa: F401 (an autouse fixture)
 
 ROOT = Path(__file__).resolve().parent.parent
 CASES = cc.cases()
@@ -38,18 +37,6 @@ SAMPLE = [
     "dropped:plot x inf", "dropped:report y null", "dropped:results --compare y absent",
     "dropped:report --metrics workload", "dropped:results --compare y inf",
 ]
-
-
-@pytest.fixture(autouse=True)
-def no_stale_log_handlers():
-    """Root log handlers an earlier in-process Hydra run left on closed streams (see test_tool_outputs)."""
-    root = logging.getLogger()
-    stale = [h for h in root.handlers if getattr(getattr(h, "stream", None), "closed", False)]
-    for handler in stale:
-        root.removeHandler(handler)
-    yield
-    for handler in stale:
-        root.addHandler(handler)
 
 
 @pytest.fixture(scope="module")
